@@ -1,0 +1,5 @@
+"""ralph-supervise: keep autonomous coding-agent loops honest."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,71 @@
+"""Shared fixtures. The one that matters most: no test may leave a process behind.
+
+Every test runs with a unique `RALPH_TEST_ID` in its environment. Processes inherit it (through
+setsid, double forks and re-parenting to init alike), so after the test we can find every process
+it started, wherever it ended up in the process table, by reading `/proc/PID/environ`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+TEST_ID_VAR = "RALPH_TEST_ID"
+
+
+def processes_with_test_id(test_id: str) -> list[psutil.Process]:
+    """Every live (non-zombie) process whose environment carries this test id."""
+    found: list[psutil.Process] = []
+    needle = f"{TEST_ID_VAR}={test_id}".encode()
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+            except psutil.Error:
+                continue
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(monkeypatch: pytest.MonkeyPatch):
+    """Fail the test if any process it started is still alive shortly after it ends (and kill it)."""
+    test_id = uuid.uuid4().hex
+    monkeypatch.setenv(TEST_ID_VAR, test_id)
+    yield test_id
+    deadline = time.monotonic() + 3.0
+    survivors = processes_with_test_id(test_id)
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.05)
+        survivors = processes_with_test_id(test_id)
+    if survivors:
+        described = []
+        for proc in survivors:
+            try:
+                described.append(f"{proc.pid} {' '.join(proc.cmdline())[:80]!r}")
+                proc.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"test left {len(survivors)} process(es) behind: {described}")
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable
