@@ -1,0 +1,428 @@
+"""Telling humans: desktop and webhook notices on breaker transitions, and the `--on-open-hook` runner.
+
+Why a worker thread and a bounded queue: a notifier talks to the network and to other programs, which
+can be slow, down or hung. Supervision must never wait for them, so `send` only enqueues; a full queue
+drops the oldest notice (counted and logged) rather than growing or blocking. Notices are made per
+transition (open, half-open, close, final stop, child exit), never per iteration, by the pure
+`notice_for_transition` / `notice_for_child_exit` below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+__all__ = [
+    "HookResult",
+    "Notice",
+    "NoticeKind",
+    "Notifier",
+    "backoff_delays",
+    "desktop_session_present",
+    "format_text",
+    "notice_for_child_exit",
+    "notice_for_transition",
+    "run_hook",
+    "validate_webhook_url",
+    "webhook_body",
+]
+
+NoticeKind = Literal["open", "close", "final", "child_exited", "half_open"]
+
+_TAIL_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One message for humans about one transition."""
+
+    kind: NoticeKind
+    title: str
+    body: str
+    workspace: str
+    state: str
+    trigger: str
+    iteration: int
+
+
+# -- the pure part: what to say, and when -----------------------------------------------------
+
+
+def _project_name(workspace: str) -> str:
+    return Path(workspace).name or workspace
+
+
+def notice_for_transition(
+    *,
+    from_state: str,
+    to_state: str,
+    trigger: str,
+    reason: str,
+    iteration: int,
+    workspace: str,
+    final: bool = False,
+) -> Notice | None:
+    """The notice a breaker transition deserves, or None (no change of state, nothing to say)."""
+    if from_state == to_state:
+        return None
+    name = _project_name(workspace)
+    where = f"iteration {iteration}"
+    if to_state == "OPEN" and final:
+        return Notice("final", f"ralph {name}: loop stopped for good ({trigger})",
+                      f"{reason} ({where}). A human must decide what comes next.",
+                      workspace, to_state, trigger, iteration)
+    if to_state == "OPEN":
+        return Notice("open", f"ralph {name}: breaker OPEN ({trigger})", f"{reason} ({where})",
+                      workspace, to_state, trigger, iteration)
+    if to_state == "HALF_OPEN":
+        return Notice("half_open", f"ralph {name}: breaker HALF_OPEN, trial next",
+                      f"Cooldown over, the next iteration is the trial ({where})",
+                      workspace, to_state, trigger, iteration)
+    if to_state == "CLOSED":
+        return Notice("close", f"ralph {name}: breaker CLOSED",
+                      f"{reason} ({where})" if reason else f"Back to normal ({where})",
+                      workspace, to_state, trigger, iteration)
+    return None
+
+
+def notice_for_child_exit(
+    *, code: int, workspace: str, state: str, trigger: str, iteration: int
+) -> Notice:
+    """The loop ended by itself (its own exit code, 128+N for a signal)."""
+    name = _project_name(workspace)
+    how = "finished" if code == 0 else f"exited with code {code}"
+    return Notice("child_exited", f"ralph {name}: loop {how}",
+                  f"The supervised command {how} after iteration {iteration}; breaker {state}.",
+                  workspace, state, trigger, iteration)
+
+
+def format_text(notice: Notice) -> str:
+    """Slack-flavoured text: bold title, the body, then the facts on one line."""
+    facts = f"workspace `{notice.workspace}` · breaker {notice.state}"
+    if notice.trigger and notice.trigger != "none":
+        facts += f" · trigger {notice.trigger}"
+    facts += f" · iteration {notice.iteration}"
+    return f"*{notice.title}*\n{notice.body}\n{facts}"
+
+
+def webhook_body(notice: Notice) -> bytes:
+    """A Slack incoming-webhook payload (also accepted by Mattermost, Rocket.Chat, Discord's /slack)."""
+    return json.dumps({"text": format_text(notice)}).encode("utf-8")
+
+
+def validate_webhook_url(url: str) -> str | None:
+    """None when usable, else a one-line reason (the URL itself is a secret: it is not repeated)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https"):
+        return "--notify-webhook: must be an http:// or https:// URL"
+    if not parsed.hostname:
+        return "--notify-webhook: the URL has no host"
+    return None
+
+
+def backoff_delays(retries: int, base: float = 0.5, cap: float = 4.0) -> list[float]:
+    """Pauses before each retry: doubling from `base`, capped, `retries` of them."""
+    return [min(cap, base * (2**i)) for i in range(max(0, retries))]
+
+
+def desktop_session_present(env: Mapping[str, str]) -> bool:
+    """notify-send needs a graphical session bus; on a headless box or under a bare service it has none."""
+    return any(env.get(key) for key in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"))
+
+
+def _host_of(url: str) -> str:
+    return urllib.parse.urlsplit(url).hostname or "?"
+
+
+# -- the notifier: a worker thread behind a bounded queue -------------------------------------
+
+
+class Notifier:
+    """Delivers notices to the desktop and a webhook without ever blocking or failing the caller."""
+
+    def __init__(
+        self,
+        *,
+        webhook_url: str | None,
+        desktop: bool = True,
+        timeout: float = 5.0,
+        retries: int = 2,
+        queue_size: int = 32,
+        backoff_base: float = 0.5,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if webhook_url is not None:
+            problem = validate_webhook_url(webhook_url)
+            if problem:
+                raise ValueError(problem)
+        self._env = dict(os.environ if env is None else env)
+        self._webhook_url = webhook_url
+        self._notify_send = self._find_notify_send() if desktop else None
+        self._timeout = timeout
+        self._delays = backoff_delays(retries, base=backoff_base)
+        self._queue: deque[Notice] = deque()
+        self._queue_size = max(1, queue_size)
+        self._cond = threading.Condition()
+        self._closing = threading.Event()
+        self._deadline = float("inf")
+        self.dropped = 0
+        self.delivered = 0
+        self.failed = 0
+        self._worker = threading.Thread(target=self._run, name="ralph-notifier", daemon=True)
+        self._worker.start()
+
+    def _find_notify_send(self) -> str | None:
+        path = shutil.which("notify-send", path=self._env.get("PATH"))
+        if path is None or not desktop_session_present(self._env):
+            return None
+        return path
+
+    @property
+    def desktop_enabled(self) -> bool:
+        return self._notify_send is not None
+
+    def send(self, notice: Notice) -> None:
+        """Enqueue and return at once; when the queue is full the oldest notice is dropped."""
+        if self._notify_send is None and self._webhook_url is None:
+            return
+        with self._cond:
+            if self._closing.is_set():
+                log.warning("notify_dropped", kind=notice.kind, reason="notifier closed")
+                return
+            if len(self._queue) >= self._queue_size:
+                oldest = self._queue.popleft()
+                self.dropped += 1
+                log.warning("notify_dropped", kind=oldest.kind, reason="queue full", dropped=self.dropped)
+            self._queue.append(notice)
+            self._cond.notify()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Deliver what can be delivered within `timeout`, then stop the worker; never waits longer."""
+        with self._cond:
+            if not self._closing.is_set():
+                self._deadline = time.monotonic() + max(0.0, timeout)
+                self._closing.set()
+            self._cond.notify_all()
+        self._worker.join(max(0.0, timeout))
+        with self._cond:
+            left = len(self._queue)
+            self._queue.clear()
+        if left:
+            self.dropped += left
+            log.warning("notify_dropped", reason="closing", count=left, dropped=self.dropped)
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def _remaining(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing.is_set():
+                    self._cond.wait()
+                if not self._queue or self._remaining() <= 0:
+                    return
+                notice = self._queue.popleft()
+            try:
+                self._deliver(notice)
+            except Exception as exc:  # a notifier bug must not kill the worker silently
+                self.failed += 1
+                log.error("notify_failed", channel="internal", kind=notice.kind, error=repr(exc))
+
+    def _deliver(self, notice: Notice) -> None:
+        if self._notify_send is not None:
+            self._deliver_desktop(notice)
+        if self._webhook_url is not None:
+            self._deliver_webhook(notice, self._webhook_url)
+
+    def _deliver_desktop(self, notice: Notice) -> None:
+        assert self._notify_send is not None
+        urgency = "critical" if notice.kind in ("open", "final") else "normal"
+        argv = [self._notify_send, "--app-name=ralph-supervise", f"--urgency={urgency}",
+                notice.title, notice.body]
+        try:
+            subprocess.run(argv, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=min(self._timeout, max(0.1, self._remaining())),
+                           check=True, start_new_session=True)
+            self.delivered += 1
+        except subprocess.TimeoutExpired:
+            self.failed += 1
+            log.warning("notify_failed", channel="desktop", kind=notice.kind, error="notify-send timed out")
+        except subprocess.CalledProcessError as exc:
+            self.failed += 1
+            err = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+            log.warning("notify_failed", channel="desktop", kind=notice.kind,
+                        error=f"notify-send exited {exc.returncode}: {err[-1] if err else ''}".strip())
+        except OSError as exc:
+            self.failed += 1
+            log.warning("notify_failed", channel="desktop", kind=notice.kind, error=str(exc))
+
+    def _deliver_webhook(self, notice: Notice, url: str) -> None:
+        body = webhook_body(notice)
+        attempts = 0
+        error = ""
+        for delay in [0.0, *self._delays]:
+            if delay:
+                wait = min(delay, self._remaining())
+                if wait <= 0:
+                    break
+                if self._closing.wait(wait) and self._remaining() <= 0:
+                    break
+            budget = min(self._timeout, self._remaining())
+            if budget <= 0:
+                break
+            attempts += 1
+            request = urllib.request.Request(
+                url, data=body, method="POST",
+                headers={"Content-Type": "application/json", "User-Agent": "ralph-supervise"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=budget) as response:
+                    response.read(65536)
+                self.delivered += 1
+                return
+            except urllib.error.HTTPError as exc:
+                error = f"HTTP {exc.code}"
+                if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                    break  # the request itself is wrong; repeating it cannot help
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", exc)
+                error = str(reason) or type(reason).__name__
+        self.failed += 1
+        log.warning("notify_failed", channel="webhook", kind=notice.kind, host=_host_of(url),
+                    attempts=attempts, error=error or "no time left")
+
+
+# -- the on-open hook -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HookResult:
+    """How the hook ended. `code` is None when it could not start; negative when a signal ended it."""
+
+    ok: bool
+    code: int | None
+    timed_out: bool
+    stderr_tail: str
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0) -> HookResult:
+    """Run `cmd` through the shell with the decision JSON on stdin, for at most `timeout` seconds.
+
+    The hook gets its own session, so its whole process group can be killed: on timeout, and also
+    when the hook exits while children it left in the background still run (a hook is a short
+    command; to start something lasting it must detach on purpose, e.g. with `setsid`). We never wait
+    for EOF on its pipes, so a background child holding stderr open cannot hang us.
+    """
+    data = decision_json.encode("utf-8")
+    try:
+        proc = subprocess.Popen(cmd, shell=True, cwd=cwd, stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as exc:
+        return HookResult(ok=False, code=None, timed_out=False, stderr_tail=f"cannot start hook: {exc}")
+    assert proc.stdin is not None and proc.stderr is not None
+    deadline = time.monotonic() + max(0.0, timeout)
+    tail = bytearray()
+    sel = selectors.DefaultSelector()
+    stdin_fd, stderr_fd = proc.stdin.fileno(), proc.stderr.fileno()
+    os.set_blocking(stdin_fd, False)
+    os.set_blocking(stderr_fd, False)
+    sel.register(stderr_fd, selectors.EVENT_READ)
+    pending = memoryview(data)
+    if pending:
+        sel.register(stdin_fd, selectors.EVENT_WRITE)
+    else:
+        proc.stdin.close()
+
+    def close_stdin() -> None:
+        if stdin_fd in sel.get_map():
+            sel.unregister(stdin_fd)
+        try:
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+
+    def read_stderr() -> int:
+        """Read what is there: the byte count, 0 when nothing is waiting, -1 at EOF."""
+        try:
+            chunk = os.read(stderr_fd, 65536)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return -1
+        if not chunk:
+            return -1
+        tail.extend(chunk)
+        del tail[:-_TAIL_BYTES]
+        return len(chunk)
+
+    timed_out = False
+    try:
+        while proc.poll() is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if not sel.get_map():
+                time.sleep(min(remaining, 0.02))
+                continue
+            for key, _ in sel.select(min(remaining, 0.02)):
+                if key.fd == stdin_fd:
+                    try:
+                        written = os.write(stdin_fd, pending)
+                        pending = pending[written:]
+                        if not pending:
+                            close_stdin()
+                    except BlockingIOError:
+                        pass
+                    except OSError:  # the hook does not read its stdin: fine
+                        close_stdin()
+                elif read_stderr() < 0:
+                    sel.unregister(stderr_fd)
+        # Whatever is left of its group dies with it (or with the timeout).
+        _kill_group(proc.pid)
+        if timed_out:
+            try:
+                proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        for _ in range(64):  # drain what was already written, never waiting for EOF
+            if stderr_fd not in sel.get_map() or read_stderr() <= 0:
+                break
+    finally:
+        close_stdin()
+        sel.close()
+        proc.stderr.close()
+    code = proc.returncode
+    text = tail.decode("utf-8", "replace").strip()
+    if timed_out:
+        text = (text + "\n" if text else "") + f"hook timed out after {timeout:g}s and was killed"
+    return HookResult(ok=(code == 0 and not timed_out), code=code, timed_out=timed_out,
+                      stderr_tail=text[-2000:])
