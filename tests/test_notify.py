@@ -86,7 +86,7 @@ def receiver() -> Iterator[Receiver]:
     server.daemon_threads = True
     rec = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hooks/T000")
     box["r"] = rec
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield rec
     rec.release.set()

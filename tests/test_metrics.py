@@ -1,0 +1,179 @@
+"""Prometheus metrics, scraped over real loopback HTTP and read back from real textfiles."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
+
+from ralph_supervisor.metrics import KNOWN_TRIGGERS, Metrics, breaker_state_value
+
+WS = "/home/u/proj"
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample as {(name, sorted labels): value}; parsing fails loudly on malformed exposition."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    return samples(text)[(name, tuple(sorted({"workspace": WS, **labels}.items())))]
+
+
+@pytest.fixture
+def metrics() -> Iterator[Metrics]:
+    m = Metrics(WS)
+    yield m
+    m.close()
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert response.status == 200
+        return response.read().decode()
+
+
+def feed(m: Metrics) -> None:
+    m.child_running(True)
+    m.tree_size(5)
+    m.iteration_started(now=1_790_000_000.5)
+    m.iteration_finished(files_changed=3, output_bytes=1200, tokens=5000)
+    m.iteration_finished(files_changed=0, output_bytes=0, tokens=700)
+    m.add_output_bytes(300)
+    m.breaker_opened("no-progress")
+    m.breaker_state("OPEN")
+    m.tree_stopped(survivors=0)
+    m.tree_stopped(survivors=2)
+
+
+def test_a_scrape_over_loopback_shows_what_the_supervisor_reported(metrics: Metrics):
+    port = metrics.serve(0)
+    assert port > 0
+    assert metrics.address == ("127.0.0.1", port)
+    feed(metrics)
+    text = scrape(port)
+    assert value(text, "ralph_supervise_iterations_total") == 2
+    assert value(text, "ralph_supervise_files_changed_total") == 3
+    assert value(text, "ralph_supervise_output_bytes_total") == 1500
+    assert value(text, "ralph_supervise_tokens_total") == 5700
+    assert value(text, "ralph_supervise_breaker_opens_total", trigger="no-progress") == 1
+    assert value(text, "ralph_supervise_breaker_opens_total", trigger="same-error") == 0
+    assert value(text, "ralph_supervise_breaker_state") == 2
+    assert value(text, "ralph_supervise_tree_processes") == 5
+    assert value(text, "ralph_supervise_tree_stops_total") == 2
+    assert value(text, "ralph_supervise_tree_survivors_total") == 2
+    assert value(text, "ralph_supervise_child_running") == 1
+    assert value(text, "ralph_supervise_iteration_started_timestamp_seconds") == 1_790_000_000.5
+
+
+def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metrics):
+    port = metrics.serve(0)
+    text = scrape(port)
+    for name in ("iterations_total", "output_bytes_total", "files_changed_total", "tokens_total",
+                 "tree_stops_total", "tree_survivors_total", "breaker_state", "tree_processes",
+                 "child_running", "iteration_started_timestamp_seconds"):
+        assert value(text, f"ralph_supervise_{name}") == 0
+    for trigger in KNOWN_TRIGGERS:
+        assert value(text, "ralph_supervise_breaker_opens_total", trigger=trigger) == 0
+
+
+def test_breaker_state_follows_transitions(metrics: Metrics):
+    port = metrics.serve(0)
+    for state, expected in (("OPEN", 2), ("HALF_OPEN", 1), ("CLOSED", 0)):
+        metrics.breaker_state(state)
+        assert value(scrape(port), "ralph_supervise_breaker_state") == expected
+    assert breaker_state_value("half-open") == 1
+    with pytest.raises(ValueError, match="unknown breaker state"):
+        breaker_state_value("AJAR")
+
+
+def test_two_supervisors_in_one_process_keep_separate_metrics():
+    first, second = Metrics("/a"), Metrics("/b")
+    try:
+        first.iteration_finished(files_changed=1, output_bytes=1, tokens=1)
+        p1, p2 = first.serve(0), second.serve(0)
+        assert samples(scrape(p1))[("ralph_supervise_iterations_total", (("workspace", "/a"),))] == 1
+        assert samples(scrape(p2))[("ralph_supervise_iterations_total", (("workspace", "/b"),))] == 0
+    finally:
+        first.close()
+        second.close()
+
+
+def test_close_frees_the_port(metrics: Metrics):
+    port = metrics.serve(0)
+    metrics.close()
+    assert metrics.address is None
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", port))  # would fail with EADDRINUSE if still listening
+    finally:
+        probe.close()
+
+
+def test_a_busy_port_is_an_error_for_the_caller(metrics: Metrics):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        with pytest.raises(OSError):
+            metrics.serve(holder.getsockname()[1])
+    finally:
+        holder.close()
+
+
+def test_textfile_is_parseable_and_replaced_atomically(metrics: Metrics, tmp_path: Path):
+    path = tmp_path / "ralph.prom"
+    feed(metrics)
+    assert metrics.write_textfile(path)
+    text = path.read_text()
+    assert value(text, "ralph_supervise_iterations_total") == 2
+    assert value(text, "ralph_supervise_breaker_opens_total", trigger="no-progress") == 1
+    first_inode = path.stat().st_ino
+    metrics.iteration_finished(files_changed=1, output_bytes=0, tokens=0)
+    assert metrics.write_textfile(path)
+    assert path.stat().st_ino != first_inode  # a new file renamed over the old, not rewritten in place
+    assert value(path.read_text(), "ralph_supervise_iterations_total") == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ralph.prom"]  # no temp file left over
+
+
+def test_a_reader_never_sees_a_half_written_textfile(metrics: Metrics, tmp_path: Path):
+    path = tmp_path / "ralph.prom"
+    feed(metrics)
+    metrics.write_textfile(path)
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            metrics.iteration_finished(files_changed=1, output_bytes=10, tokens=10)
+            metrics.write_textfile(path)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(200):
+            text = path.read_text()
+            # Every read is a whole exposition: it parses and ends with the last metric family.
+            assert value(text, "ralph_supervise_iterations_total") >= 2
+            assert text.endswith("\n")
+            assert "ralph_supervise_iteration_started_timestamp_seconds{" in text
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_an_unwritable_textfile_is_logged_once_and_never_raises(metrics: Metrics, tmp_path: Path):
+    path = tmp_path / "missing-dir" / "ralph.prom"
+    with capture_logs() as logs:
+        assert metrics.write_textfile(path) is False
+        assert metrics.write_textfile(path) is False
+    assert [e["event"] for e in logs].count("metrics_textfile_failed") == 1
