@@ -56,7 +56,7 @@ def error_signature(text: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _trigrams(s: str) -> frozenset[bytes]:
+def trigrams(s: str) -> frozenset[bytes]:
     """The set of trigrams of `"  " + lower(s) + "  "`, indexed like JavaScript strings (UTF-16 code units),
     so that text outside the BMP (emoji) compares as loop-context compares it."""
     padded = ("  " + s.lower() + "  ").encode("utf-16-le", "surrogatepass")
@@ -67,7 +67,7 @@ def similarity(a: str, b: str) -> float:
     """1.0 for identical strings, else the Jaccard index of the two trigram sets."""
     if a == b:
         return 1.0
-    set_a = _trigrams(a)
-    set_b = _trigrams(b)
+    set_a = trigrams(a)
+    set_b = trigrams(b)
     inter = len(set_a & set_b)
     return inter / (len(set_a) + len(set_b) - inter)
