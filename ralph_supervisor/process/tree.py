@@ -1,0 +1,329 @@
+"""The supervised process tree: every live descendant of the supervisor, wherever it went.
+
+A Ralph loop's processes leave their parents' sessions and process groups (GNU timeout, tool shells,
+`setsid`, double-forked daemons), so group signals miss them. As the child subreaper the supervisor
+inherits every orphan of the tree, which makes "all live descendants of the supervisor" exactly the
+tree. Each member is tracked by (pid, start time); a signal goes out only after the kernel confirms
+that pid still names the same process (linux.signal_if_same), so a recycled PID is never hit.
+
+All methods may be called from any thread; kill_now() may interrupt a stop() running in another
+thread (the supervisor's second SIGINT).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from ralph_supervisor.process.linux import (
+    CLOCK_TICKS,
+    ProcStat,
+    all_stats,
+    create_time_to_ticks,
+    read_stat,
+    signal_if_same,
+)
+from ralph_supervisor.process.reaper import Reaper
+
+log = structlog.get_logger(__name__)
+
+_MAX_CHANGES = 10_000
+_STOPPED_STATES = ("T", "t")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of the tree, identified by pid AND create_time (psutil's definition)."""
+
+    pid: int
+    create_time: float
+    name: str
+    ppid: int
+
+    @property
+    def key(self) -> tuple[int, float]:
+        return (self.pid, self.create_time)
+
+
+@dataclass(frozen=True)
+class StopResult:
+    survivors: tuple[Member, ...]
+    """Members still alive when stop gave up (normally none)."""
+    duration_ms: int
+    signalled: int
+    """Distinct processes that received TERM or KILL."""
+
+
+@dataclass(frozen=True)
+class TreeChanges:
+    """Members that appeared / departed between two scans, accumulated since the last changes() call.
+
+    A short-lived member may be in both. Only what some scan saw can be reported: a process born
+    and gone between two scans is invisible.
+    """
+
+    appeared: tuple[Member, ...] = ()
+    departed: tuple[Member, ...] = ()
+
+
+def member_of(stat: ProcStat) -> Member:
+    return Member(pid=stat.pid, create_time=stat.create_time, name=stat.name, ppid=stat.ppid)
+
+
+def walk(
+    stats: Iterable[ProcStat],
+    roots: Iterable[int],
+    exclude: Callable[[int], bool] | None = None,
+    include_roots: bool = False,
+) -> list[ProcStat]:
+    """The live descendants of `roots` in breadth-first order (parents before children).
+
+    Pure. Zombies are left out (they have exited; their children were already re-parented).
+    An excluded pid is left out together with its whole subtree.
+    """
+    by_pid: dict[int, ProcStat] = {}
+    children: dict[int, list[ProcStat]] = {}
+    for stat in stats:
+        by_pid[stat.pid] = stat
+        children.setdefault(stat.ppid, []).append(stat)
+    found: list[ProcStat] = []
+    seen: set[int] = set()
+    queue: list[int] = []
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        if include_roots:
+            stat = by_pid.get(root)
+            if stat is None or not stat.alive or (exclude is not None and exclude(root)):
+                continue
+            found.append(stat)
+        queue.append(root)
+    index = 0
+    while index < len(queue):
+        parent = queue[index]
+        index += 1
+        for child in children.get(parent, ()):
+            if child.pid in seen or not child.alive:
+                continue
+            seen.add(child.pid)
+            if exclude is not None and exclude(child.pid):
+                continue
+            found.append(child)
+            queue.append(child.pid)
+    return found
+
+
+class ProcessTree:
+    """Scan, stop, pause and resume every live descendant of `supervisor_pid`."""
+
+    def __init__(
+        self,
+        supervisor_pid: int,
+        reaper: Reaper,
+        exclude: Callable[[int], bool] | None = None,
+        on_members_changed: Callable[[TreeChanges], None] | None = None,
+        kill_timeout: float = 2.0,
+    ) -> None:
+        self._root = supervisor_pid
+        self._reaper = reaper
+        self._exclude = exclude
+        self._on_members_changed = on_members_changed
+        self._kill_timeout = kill_timeout
+        self._lock = threading.Lock()
+        self._known: dict[tuple[int, int], Member] = {}
+        self._appeared: dict[tuple[int, int], Member] = {}
+        self._departed: dict[tuple[int, int], Member] = {}
+        self._paused = False
+        self._kill_requested = threading.Event()
+
+    # --- looking -------------------------------------------------------------------------------
+
+    def scan(self) -> list[Member]:
+        """The live members now, parents before children."""
+        return [member_of(stat) for stat in self._scan_stats()]
+
+    def subtree(self, root_pid: int) -> list[Member]:
+        """A process and its live descendants (the root first), e.g. one agent call."""
+        return [member_of(stat) for stat in walk(all_stats(), [root_pid], self._exclude, include_roots=True)]
+
+    def cpu_seconds(self, pids: Iterable[int] | None = None) -> float:
+        """User+system CPU of the live members (or of the subtrees rooted at `pids`), including what
+        their already-reaped children used.
+
+        A snapshot, not a counter: when a member whose CPU was not collected by a parent inside the
+        tree exits, the total drops. Compare two samples with max(0, later - earlier).
+        """
+        if pids is None:
+            stats = self._scan_stats()
+        else:
+            stats = walk(all_stats(), list(pids), self._exclude, include_roots=True)
+        return sum(stat.cpu_ticks for stat in stats) / CLOCK_TICKS
+
+    def changes(self, rescan: bool = True) -> TreeChanges:
+        """Members that appeared and departed since the previous call (after a fresh scan)."""
+        if rescan:
+            self._scan_stats()
+        with self._lock:
+            result = TreeChanges(tuple(self._appeared.values()), tuple(self._departed.values()))
+            self._appeared.clear()
+            self._departed.clear()
+        return result
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    # --- acting --------------------------------------------------------------------------------
+
+    def send(self, member: Member, sig: int) -> bool:
+        """Signal one member if, and only if, its pid still names the same process."""
+        return signal_if_same(member.pid, create_time_to_ticks(member.create_time), sig)
+
+    def stop(self, grace: float) -> StopResult:
+        """TERM everything, wait up to `grace` (reaping, TERMing newcomers), KILL the rest, re-scan
+        until nothing is left (bounded by kill_timeout), report."""
+        started = time.monotonic()
+        self._kill_requested.clear()
+        signalled: set[tuple[int, int]] = set()
+        stats = self._scan_stats()
+        self._term(stats, signalled, wake=self._paused)
+        self._paused = False
+        deadline = started + grace
+        pause_s = 0.005
+        while stats:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._kill_requested.wait(min(pause_s, remaining)):
+                break
+            pause_s = min(pause_s * 2, 0.05)
+            self._reaper.reap()
+            stats = self._scan_stats()
+            fresh = [s for s in stats if (s.pid, s.start_ticks) not in signalled]
+            if fresh:
+                self._term(fresh, signalled, wake=False)
+        survivors: list[ProcStat] = []
+        if stats:
+            survivors = self._kill_until_empty(signalled)
+        else:
+            self._reaper.reap()
+        return StopResult(
+            survivors=tuple(member_of(s) for s in survivors),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            signalled=len(signalled),
+        )
+
+    def kill_now(self) -> StopResult:
+        """SIGKILL everything at once; also cuts short a stop() waiting out its grace."""
+        started = time.monotonic()
+        self._kill_requested.set()
+        signalled: set[tuple[int, int]] = set()
+        survivors = self._kill_until_empty(signalled)
+        self._paused = False
+        return StopResult(
+            survivors=tuple(member_of(s) for s in survivors),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            signalled=len(signalled),
+        )
+
+    def pause(self) -> int:
+        """SIGSTOP every member, parents first, re-scanning until no newcomer shows up; return the
+        number stopped. Returns once they all report stopped (bounded: a process in uninterruptible
+        sleep stops only when it leaves it)."""
+        stopped: dict[tuple[int, int], ProcStat] = {}
+        for _ in range(50):
+            fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
+            if not fresh:
+                break
+            for stat in fresh:
+                if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
+                    stopped[(stat.pid, stat.start_ticks)] = stat
+        self._paused = True
+        _await_stopped(list(stopped.values()), timeout=0.5)
+        return len(stopped)
+
+    def resume(self) -> int:
+        """SIGCONT every member, children before parents (the reverse of pause); return the count."""
+        count = 0
+        for stat in reversed(self._scan_stats()):
+            if signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT):
+                count += 1
+        self._paused = False
+        return count
+
+    # --- inside --------------------------------------------------------------------------------
+
+    def _scan_stats(self) -> list[ProcStat]:
+        stats = walk(all_stats(), [self._root], self._exclude)
+        self._note(stats)
+        return stats
+
+    def _note(self, stats: list[ProcStat]) -> None:
+        """Diff against the previous scan, for changes() and on_members_changed."""
+        current = {(s.pid, s.start_ticks): s for s in stats}
+        with self._lock:
+            appeared = {key: member_of(s) for key, s in current.items() if key not in self._known}
+            departed = {key: m for key, m in self._known.items() if key not in current}
+            if not appeared and not departed:
+                return
+            for key in departed:
+                del self._known[key]
+            self._known.update(appeared)
+            for key, member in appeared.items():
+                if len(self._appeared) < _MAX_CHANGES:
+                    self._appeared[key] = member
+            for key, member in departed.items():
+                if len(self._departed) < _MAX_CHANGES:
+                    self._departed[key] = member
+        if self._on_members_changed is not None:
+            try:
+                self._on_members_changed(TreeChanges(tuple(appeared.values()), tuple(departed.values())))
+            except Exception:  # a bad callback must not break a stop
+                log.exception("tree_callback_failed")
+
+    def _term(self, stats: list[ProcStat], signalled: set[tuple[int, int]], wake: bool) -> None:
+        for stat in stats:
+            if signal_if_same(stat.pid, stat.start_ticks, signal.SIGTERM):
+                signalled.add((stat.pid, stat.start_ticks))
+                if wake or stat.state in _STOPPED_STATES:
+                    # A stopped process keeps TERM pending until it runs again.
+                    signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT)
+
+    def _kill_until_empty(self, signalled: set[tuple[int, int]]) -> list[ProcStat]:
+        """KILL, reap, re-scan until the tree is empty or kill_timeout passes; return what is left."""
+        deadline = time.monotonic() + self._kill_timeout
+        pause_s = 0.001
+        while True:
+            self._reaper.reap()
+            stats = self._scan_stats()
+            if not stats:
+                self._reaper.reap()  # whoever turned zombie after the reap above
+                return []
+            if time.monotonic() >= deadline:
+                log.warning("tree_kill_incomplete", survivors=[(s.pid, s.name, s.state) for s in stats])
+                return stats
+            for stat in stats:  # parents first: a killed parent forks no more
+                if signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
+                    signalled.add((stat.pid, stat.start_ticks))
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.02)
+
+
+def _await_stopped(stats: list[ProcStat], timeout: float) -> None:
+    """Wait until every process reports state T (or is gone), at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    pending = stats
+    while pending:
+        still: list[ProcStat] = []
+        for stat in pending:
+            now = read_stat(stat.pid)
+            if now is not None and now.start_ticks == stat.start_ticks and now.alive and now.state not in _STOPPED_STATES:
+                still.append(stat)
+        pending = still
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)
