@@ -1,0 +1,291 @@
+"""The two-stage error filter, error sets and same-error evidence."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ralph_supervisor.evidence.errors import (
+    ErrorAccumulator,
+    error_lines,
+    error_lines_in_chunk,
+    error_set,
+    repeats,
+)
+from ralph_supervisor.signature import error_signature
+
+FIXTURES = Path(__file__).parent / "fixtures" / "agent"
+
+# Ralph's own pipeline, in Python, for comparing verdicts line by line.
+RALPH_STAGE1 = re.compile(r'"[^"]*error[^"]*":')
+RALPH_STAGE2 = re.compile(
+    r"(^Error:|^ERROR:|^error:|\]: error|Link: error|Error occurred|failed with error|[Ee]xception|Fatal|FATAL)"
+)
+
+
+def ralph_has_errors(text: str) -> bool:
+    return any(not RALPH_STAGE1.search(line) and RALPH_STAGE2.search(line) for line in text.split("\n"))
+
+
+def ours_has_errors(text: str) -> bool:
+    return bool(error_lines_in_chunk(text.encode()))
+
+
+# Ralph's vectors (tests/test_error_detection.sh), file by file, with Ralph's verdicts.
+RALPH_VECTORS: list[tuple[str, str, bool]] = [
+    ("is_error false", '{\n  "status": "success",\n  "is_error": false,\n  "message": "Operation completed successfully"\n}\n', False),
+    ("error null", '{\n  "status": "ok",\n  "error": null,\n  "error_count": 0,\n  "has_error": false\n}\n', False),
+    ("compile error", "Running build process...\nError: Failed to compile src/main.ts\n  Type error on line 42\n", True),
+    (
+        "exception in log",
+        "[2025-12-31 10:30:00] INFO: Starting process\n[2025-12-31 10:30:05] ERROR: Unhandled exception in handler\n"
+        "Exception: NullPointerException at line 123\n",
+        True,
+    ),
+    ("json and fatal", '{\n  "is_error": false,\n  "status": "running"\n}\nProcessing files...\nFatal: Segmentation fault in module X\n', True),
+    ("normal output", "Build successful\nAll tests passed\nDeployment complete\n", False),
+    ("link error", "[BUILD] Compiling...\n[BUILD] Link: error: undefined reference to 'main'\n[BUILD] Failed\n", True),
+    (
+        "many error fields",
+        '{\n  "error_message": "",\n  "is_error": false,\n  "error_code": 0,\n  "has_errors": false,\n  "error_list": []\n}\n',
+        False,
+    ),
+    ("uppercase ERROR", "SYSTEM LOG:\nERROR: Database connection failed\nRetrying...\n", True),
+    ("cannot/unable", "Build process started\nError: unable to access file system\ncannot proceed with deployment\n", True),
+    (
+        "docs heading",
+        "# Error Handling Guide\n\nThis document describes how to handle errors in the application.\n"
+        "When an error occurs, the system will log it and continue.\n",
+        False,
+    ),
+    (
+        "diff adding ErrorHandler",
+        "diff --git a/src/error.ts b/src/error.ts\n+export class ErrorHandler {\n+  handleError(error: Error) {\n"
+        "+    console.log(error);\n",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), RALPH_VECTORS, ids=[v[0] for v in RALPH_VECTORS])
+def test_ralph_vectors_keep_their_verdicts(name: str, text: str, expected: bool) -> None:
+    assert ralph_has_errors(text) is expected  # the vector is Ralph's verdict
+    assert ours_has_errors(text) is expected
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), RALPH_VECTORS, ids=[v[0] for v in RALPH_VECTORS])
+def test_ralph_vectors_agree_with_ralph_line_by_line(name: str, text: str, expected: bool) -> None:
+    for line in text.split("\n"):
+        ralph = bool(not RALPH_STAGE1.search(line) and RALPH_STAGE2.search(line))
+        assert bool(error_lines(line)) is ralph, line
+
+
+def test_plain_error_line_yields_itself() -> None:
+    assert error_lines("Error: Failed to compile src/main.ts") == ["Error: Failed to compile src/main.ts"]
+    assert error_lines("Fatal: Segmentation fault in module X\r") == ["Fatal: Segmentation fault in module X"]
+
+
+def test_claude_json_reply_with_compile_error_yields_that_error() -> None:
+    line = (FIXTURES / "json_compile_error.log").read_text().splitlines()[0]
+    assert '"is_error":false' in line  # Ralph's stage 1 throws this whole line away
+    assert not ralph_has_errors(line)
+    assert error_lines(line) == ["Error: Failed to compile src/main.ts"]
+
+
+def test_json_line_with_only_falsy_error_fields_yields_nothing() -> None:
+    line = json.dumps({"is_error": False, "error": None, "error_count": 0, "error_message": "", "errors": [], "err": {}})
+    assert error_lines(line) == []
+
+
+def test_truthy_error_field_text_is_checked() -> None:
+    line = json.dumps({"type": "x", "error": "Fatal: disk full\nretrying"})
+    assert error_lines(line) == ["Fatal: disk full"]
+
+
+def test_tool_result_error_inside_stream_json_is_found() -> None:
+    lines = (FIXTURES / "stream_tests_failing.jsonl").read_text().splitlines()
+    found = [e for line in lines for e in error_lines(line)]
+    assert found == ["Error: expected 42 to be 41"]
+
+
+def test_tool_use_input_is_not_output() -> None:
+    # The agent writing a file that mentions exceptions is not an error.
+    event = {
+        "type": "assistant",
+        "message": {"content": [{"type": "tool_use", "name": "Write", "input": {"content": "Fatal: x\nclass FooException {}"}}]},
+    }
+    assert error_lines(json.dumps(event)) == []
+
+
+def test_failed_result_object_counts_its_message_as_an_error() -> None:
+    line = (FIXTURES / "json_api_error.log").read_text().splitlines()[0]
+    assert error_lines(line) == [json.loads(line)["result"]]
+    no_text = json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": True})
+    assert error_lines(no_text) == ["error_max_turns"]
+
+
+def test_truncated_json_line_still_yields_errors_from_its_escaped_text() -> None:
+    full = json.dumps({"type": "result", "is_error": False, "result": "Ran it.\nError: Failed to compile src/main.ts\n" + "x" * 100})
+    assert error_lines(full[:120]) == ["Error: Failed to compile src/main.ts"]
+
+
+def test_non_decodable_line_drops_falsy_error_fields_not_the_whole_line() -> None:
+    assert error_lines('  "is_error": false, "status": "done"') == []
+    # Ralph drops this whole line; the error after the falsy field is still an error.
+    line = '  "is_error": false, "detail": "Exception: NullPointerException"'
+    assert error_lines(line) == [line]
+
+
+def test_non_decodable_line_with_an_error_field_text_checks_that_text() -> None:
+    assert error_lines('  "error": "Fatal: out of memory",') == ["Fatal: out of memory"]
+    assert error_lines('  "error": "connection reset",') == []
+
+
+def test_stream_json_with_2_mb_lines() -> None:
+    big_text = ("lorem ipsum dolor sit amet " * 80_000)[:2_000_000]
+    tool = {"type": "user", "message": {"content": [{"type": "tool_result", "content": big_text + "\nError: Failed to compile src/main.ts\n" + big_text}]}}
+    plain = {"type": "assistant", "message": {"content": [{"type": "text", "text": big_text}]}, "is_error": False}
+    data = (json.dumps(tool) + "\n" + json.dumps(plain) + "\n").encode()
+    assert len(data) > 6_000_000
+    assert error_lines_in_chunk(data) == ["Error: Failed to compile src/main.ts"]
+
+
+def test_chunk_scan_matches_line_by_line_on_fixtures() -> None:
+    for path in sorted(FIXTURES.iterdir()):
+        data = path.read_bytes()
+        per_line = [e for line in data.split(b"\n") for e in error_lines(line.decode("utf-8", "replace"))]
+        assert error_lines_in_chunk(data) == per_line, path.name
+
+
+def test_error_set_holds_signatures() -> None:
+    lines = ["Error: connect ECONNREFUSED 127.0.0.1:5432", "TypeError: cannot read x at /home/u/app/foo.js:12:5"]
+    assert error_set(lines) == {"Error: connect ECONNREFUSED #.#.#.#", "TypeError: cannot read x at foo.js"}
+
+
+def test_accumulator_is_bounded_and_keeps_first_samples() -> None:
+    acc = ErrorAccumulator(max_signatures=3, max_samples=2)
+    acc.add([f"Error: thing {chr(97 + i)} broke" for i in range(5)])
+    acc.add(["Error: thing a broke"])
+    assert len(acc.error_set()) == 3
+    assert acc.samples == ["Error: thing a broke", "Error: thing b broke"]
+    assert acc.overflowed
+    assert acc.count == 6
+
+
+def test_same_error_with_different_ports_and_lines_repeats() -> None:
+    a = error_set(["Error: connect ECONNREFUSED 127.0.0.1:5432", "Error: Failed to compile src/main.ts"])
+    b = error_set(["Error: connect ECONNREFUSED 10.0.0.7:5433", "Error: Failed to compile src/main.ts:42:7"])
+    assert repeats(a, [b, b])
+    assert repeats(a, [b])
+
+
+def test_different_errors_do_not_repeat() -> None:
+    a = error_set(["Error: Failed to compile src/main.ts"])
+    b = error_set(["Error: Failed to compile src/main.ts"])
+    c = error_set(["Fatal: Segmentation fault in module X"])
+    assert not repeats(a, [b, c])
+    assert repeats(a, [b])
+
+
+def test_repeat_needs_every_current_signature_in_every_previous_set() -> None:
+    a = error_set(["Error: Failed to compile src/main.ts", "ERROR: Database connection failed"])
+    b = error_set(["Error: Failed to compile src/main.ts"])
+    assert not repeats(a, [b])
+    assert repeats(b, [a])  # b's only error is in a
+
+
+def test_empty_sets_never_repeat() -> None:
+    a = error_set(["Error: x"])
+    assert not repeats(frozenset(), [a])
+    assert not repeats(a, [])
+    assert not repeats(a, [a, frozenset()])
+
+
+# --- properties ----------------------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+error_keys = st.sampled_from(["is_error", "error", "error_count", "error_message", "has_errors", "errors", "lastError"])
+falsy = st.sampled_from([False, None, 0, 0.0, "", [], {}])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_filter_never_raises_on_text(text: str) -> None:
+    for line in text.split("\n"):
+        assert isinstance(error_lines(line), list)
+    assert isinstance(error_lines_in_chunk(text.encode("utf-8", "surrogatepass")), list)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_filter_never_raises_on_json(value: object) -> None:
+    line = json.dumps(value)
+    assert error_lines_in_chunk(line.encode()) == error_lines(line)
+    assert error_lines_in_chunk(line[: len(line) // 2].encode()) == error_lines(line[: len(line) // 2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(error_keys, falsy, min_size=1), st.booleans())
+def test_json_with_only_falsy_error_fields_never_yields_errors(fields: dict[str, object], compact: bool) -> None:
+    separators = (",", ":") if compact else (", ", ": ")
+    assert error_lines(json.dumps(fields, separators=separators)) == []
+    # Pretty-printed over several lines (Ralph's vectors' shape): each line on its own.
+    for line in json.dumps(fields, indent=2).split("\n"):
+        assert error_lines(line) == []
+
+
+plain_lines = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), max_size=80)
+error_samples = st.sampled_from(
+    [
+        "Error: Failed to compile src/main.ts",
+        "[ts] ERROR: boom",
+        "Exception: NullPointerException at line 123",
+        "Fatal: Segmentation fault in module X",
+        "[BUILD] Link: error: undefined reference to 'main'",
+        json.dumps({"type": "result", "is_error": False, "result": "ok\nError: Failed to compile src/main.ts"}),
+        '{"is_error":true,"type":"result","result":"API Error: 500"}',
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(plain_lines, error_samples), max_size=12), plain_lines, st.integers(min_value=0, max_value=12))
+def test_adding_an_unrelated_non_error_line_does_not_change_the_error_set(
+    lines: list[str], extra: str, where: int
+) -> None:
+    if error_lines(extra):
+        return  # only lines the filter itself says are not errors are "unrelated non-error lines"
+    before = error_set(e for line in lines for e in error_lines(line))
+    grown = lines[:where] + [extra] + lines[where:]
+    after = error_set(e for line in grown for e in error_lines(line))
+    assert after == before
+    chunk = "\n".join(grown).encode()
+    assert error_set(error_lines_in_chunk(chunk)) == after
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(plain_lines, error_samples, json_values.map(json.dumps)), max_size=10))
+def test_chunk_scan_equals_line_by_line(lines: list[str]) -> None:
+    data = "\n".join(lines).encode()
+    expected = [e for raw in data.split(b"\n") for e in error_lines(raw.decode("utf-8", "replace"))]
+    assert error_lines_in_chunk(data) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.frozensets(st.text(max_size=30), max_size=5), st.lists(st.frozensets(st.text(max_size=30), max_size=5), max_size=3))
+def test_repeats_never_fires_on_empty_current_and_always_on_itself(
+    current: frozenset[str], previous: list[frozenset[str]]
+) -> None:
+    assert not repeats(frozenset(), previous)
+    if current:
+        assert repeats(current, [current, current])
+        assert not repeats(current, [*previous, frozenset()])
