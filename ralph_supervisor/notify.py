@@ -338,7 +338,8 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0) 
     The hook gets its own session, so its whole process group can be killed: on timeout, and also
     when the hook exits while children it left in the background still run (a hook is a short
     command; to start something lasting it must detach on purpose, e.g. with `setsid`). We never wait
-    for EOF on its pipes, so a background child holding stderr open cannot hang us.
+    for EOF on its pipes, so a background child holding stderr open cannot hang us. Its stdout is
+    discarded; the last few KB of its stderr come back in `stderr_tail` for the `hook_failed` event.
     """
     data = decision_json.encode("utf-8")
     try:

@@ -18,12 +18,26 @@ import structlog
 log = structlog.get_logger(__name__)
 
 __all__ = [
+    "NOTIFY_ENV_VARS",
     "SystemdNotifier",
     "encode_message",
+    "environment_for_child",
     "parse_notify_socket",
     "status_text",
     "watchdog_interval_from_env",
 ]
+
+
+NOTIFY_ENV_VARS: tuple[str, ...] = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+def environment_for_child(env: Mapping[str, str]) -> dict[str, str]:
+    """The supervised command's environment: the notify variables are ours, not the loop's.
+
+    Like sd_notify's `unset_environment`: a loop that happens to speak sd_notify (or a nested
+    supervisor) must not report readiness or pings on our behalf.
+    """
+    return {key: value for key, value in env.items() if key not in NOTIFY_ENV_VARS}
 
 
 def parse_notify_socket(value: str | None) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,9 @@ from structlog.testing import capture_logs
 
 from ralph_supervisor.sdnotify import (
     SystemdNotifier,
+    NOTIFY_ENV_VARS,
     encode_message,
+    environment_for_child,
     parse_notify_socket,
     status_text,
     watchdog_interval_from_env,
@@ -165,3 +169,37 @@ def test_encoded_message_has_exactly_one_line_per_field(fields):
     assert lines[-1] == ""
     assert len(lines) - 1 == len(fields)
     assert [line.split("=", 1)[0] for line in lines[:-1]] == [key for key, _ in fields]
+
+
+CHILD = (
+    "import sys; from ralph_supervisor.sdnotify import SystemdNotifier; n = SystemdNotifier(); "
+    "n.ready('child up'); sys.exit(0 if n.maybe_watchdog(0.0) else 7)"
+)
+
+
+def test_a_real_process_sends_ready_and_pings_when_the_watchdog_is_for_its_own_pid(path_socket):
+    sock, address = path_socket
+    env = {**os.environ, "NOTIFY_SOCKET": address, "WATCHDOG_USEC": "30000000"}
+    env.pop("WATCHDOG_PID", None)
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, timeout=30)
+    assert done.returncode == 0
+    assert receive(sock) == "READY=1\nSTATUS=child up\n"
+    assert receive(sock) == "WATCHDOG=1\n"
+
+
+def test_a_process_that_inherited_someone_elses_watchdog_does_not_ping(path_socket):
+    sock, address = path_socket
+    env = {**os.environ, "NOTIFY_SOCKET": address, "WATCHDOG_USEC": "30000000", "WATCHDOG_PID": str(os.getpid())}
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, timeout=30)
+    assert done.returncode == 7  # maybe_watchdog refused: the watchdog belongs to our (the parent's) pid
+    assert receive(sock) == "READY=1\nSTATUS=child up\n"
+    sock.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        sock.recv(4096)
+
+
+def test_the_supervised_command_does_not_inherit_the_notify_variables():
+    env = {"PATH": "/usr/bin", "NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "1", "WATCHDOG_PID": "1", "HOME": "/h"}
+    child = environment_for_child(env)
+    assert child == {"PATH": "/usr/bin", "HOME": "/h"}
+    assert not set(NOTIFY_ENV_VARS) & set(child)
