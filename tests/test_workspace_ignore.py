@@ -1,0 +1,159 @@
+"""The pure rules behind workspace progress: ignore decisions, commit counting, packed refs, file states."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, IgnoreRules, load_ignore_rules, relative_inside
+from ralph_supervisor.evidence.workspace import ABSENT, GitRefs, count_commits, file_state, parse_packed_refs
+
+segment = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8).filter(
+    lambda s: s not in {".", ".."} and s not in BUILTIN_IGNORED_NAMES
+)
+rel_paths = st.lists(segment, min_size=1, max_size=5).map("/".join)
+
+
+def rules_with(root_gitignore: str = "", nested: dict[str, str] | None = None, extra: list[str] | None = None) -> IgnoreRules:
+    rules = IgnoreRules().with_gitignore("", root_gitignore)
+    for directory, text in (nested or {}).items():
+        rules = rules.with_gitignore(directory, text)
+    if extra:
+        from pathspec import GitIgnoreSpec
+
+        rules = IgnoreRules(rules.gitignores, GitIgnoreSpec.from_lines(extra), rules.exclude, rules.prefixes, rules.names)
+    return rules
+
+
+def test_builtin_names_are_ignored_at_any_depth() -> None:
+    rules = IgnoreRules()
+    for name in ("node_modules", ".git", ".ralph", ".venv", "venv", "__pycache__", ".pytest_cache"):
+        assert rules.is_ignored(name, is_dir=True)
+        assert rules.is_ignored(f"web/{name}/x/y.js", is_dir=False)
+    assert not rules.is_ignored("src/node_modules_helper.py", is_dir=False)
+    assert not rules.is_ignored("src/main.py", is_dir=False)
+
+
+def test_gitignore_semantics_directory_only_negation_and_anchoring() -> None:
+    rules = rules_with("build/\n*.log\n!important.log\n/top-only.txt\n")
+    assert rules.is_ignored("build", is_dir=True)
+    assert rules.is_ignored("build/app.bin", is_dir=False)
+    assert not rules.is_ignored("build", is_dir=False)  # `build/` names directories only
+    assert rules.is_ignored("deep/x.log", is_dir=False)
+    assert not rules.is_ignored("deep/important.log", is_dir=False)
+    assert rules.is_ignored("top-only.txt", is_dir=False)
+    assert not rules.is_ignored("sub/top-only.txt", is_dir=False)
+
+
+def test_nested_gitignore_applies_below_its_directory_and_wins_over_the_root() -> None:
+    rules = rules_with("*.gen\n", {"lib": "!keep.gen\nlocal.txt\n"})
+    assert rules.is_ignored("a.gen", is_dir=False)
+    assert rules.is_ignored("lib/a.gen", is_dir=False)
+    assert not rules.is_ignored("lib/keep.gen", is_dir=False)
+    assert rules.is_ignored("lib/sub/local.txt", is_dir=False)
+    assert not rules.is_ignored("local.txt", is_dir=False)  # the nested file does not reach up
+
+
+def test_removing_a_gitignore_drops_its_rules() -> None:
+    rules = rules_with("*.log\n")
+    assert rules.is_ignored("a.log", is_dir=False)
+    assert not rules.with_gitignore("", None).is_ignored("a.log", is_dir=False)
+
+
+def test_state_folder_prefix_is_ignored_with_everything_below() -> None:
+    rules = IgnoreRules().with_prefix("var/state/")
+    assert rules.is_ignored("var/state", is_dir=True)
+    assert rules.is_ignored("var/state/events.jsonl", is_dir=False)
+    assert not rules.is_ignored("var/other.txt", is_dir=False)
+
+
+def test_load_ignore_rules_reads_root_gitignore_exclude_and_state_dir(tmp_path: Path) -> None:
+    (tmp_path / ".git" / "info").mkdir(parents=True)
+    (tmp_path / ".git" / "info" / "exclude").write_text("secret.txt\n")
+    (tmp_path / ".gitignore").write_text("dist/\n!secret.txt\n")
+    rules = load_ignore_rules(tmp_path, state_dir=tmp_path / "st", extra=["*.tmp"])
+    assert rules.is_ignored("dist", is_dir=True)
+    assert not rules.is_ignored("secret.txt", is_dir=False)  # .gitignore outranks info/exclude
+    assert rules.is_ignored("st/state.json", is_dir=False)
+    assert rules.is_ignored("a/b.tmp", is_dir=False)
+    outside = load_ignore_rules(tmp_path, state_dir=tmp_path.parent / "elsewhere")
+    assert outside.prefixes == ()
+
+
+def test_relative_inside() -> None:
+    root = Path("/w/proj")
+    assert relative_inside(root, Path("/w/proj/.ralph-supervise")) == ".ralph-supervise"
+    assert relative_inside(root, Path("/w/proj")) == ""
+    assert relative_inside(root, Path("/w/other")) is None
+
+
+@given(rel_paths, st.sampled_from(sorted(BUILTIN_IGNORED_NAMES)), rel_paths)
+def test_anything_below_an_ignored_directory_is_ignored(prefix: str, name: str, rest: str) -> None:
+    rules = rules_with("*.o\n")
+    assert rules.is_ignored(f"{prefix}/{name}/{rest}", is_dir=False)
+    assert rules.is_ignored(f"{prefix}/{name}/{rest}", is_dir=True)
+
+
+@given(rel_paths)
+def test_is_ignored_entry_agrees_with_is_ignored_when_the_parent_is_kept(path: str) -> None:
+    rules = rules_with("*.o\nbuild/\n", {"a": "x*\n"})
+    parent, _, name = path.rpartition("/")
+    if rules.is_ignored(parent, is_dir=True):
+        return
+    for is_dir in (False, True):
+        assert rules.is_ignored_entry(parent, name, is_dir=is_dir) == rules.is_ignored(path, is_dir=is_dir)
+
+
+@given(rel_paths)
+def test_without_rules_only_builtin_names_are_ignored(path: str) -> None:
+    assert not IgnoreRules().is_ignored(path, is_dir=False)
+
+
+# ------------------------------------------------------------------------------ commits
+
+
+def test_count_commits_counts_moved_created_and_deleted_refs() -> None:
+    before = GitRefs("a1", {"refs/heads/main": "a1", "refs/heads/old": "b1"})
+    after = GitRefs("c1", {"refs/heads/main": "c1", "refs/tags/v1": "c1"})
+    assert count_commits(before, after) == 3
+
+
+def test_count_commits_head_moved_alone_counts_one() -> None:
+    refs = {"refs/heads/main": "a1"}
+    assert count_commits(GitRefs("a1", refs), GitRefs("d4", refs)) == 1
+    assert count_commits(GitRefs("a1", refs), GitRefs("a1", dict(refs))) == 0
+    assert count_commits(GitRefs(), GitRefs()) == 0
+
+
+@given(st.dictionaries(st.sampled_from(["refs/heads/a", "refs/heads/b", "refs/tags/t"]), st.sampled_from(["1", "2"])))
+def test_count_commits_is_zero_exactly_when_nothing_moved(refs: dict[str, str]) -> None:
+    assert count_commits(GitRefs("h", refs), GitRefs("h", dict(refs))) == 0
+
+
+def test_parse_packed_refs_skips_comments_and_peeled_lines() -> None:
+    text = "# pack-refs with: peeled fully-peeled sorted\naaa refs/heads/main\nbbb refs/tags/v1\n^ccc\n"
+    assert parse_packed_refs(text) == {"refs/heads/main": "aaa", "refs/tags/v1": "bbb"}
+
+
+# ------------------------------------------------------------------------------ file states
+
+
+def test_file_state_distinguishes_content_absence_links_and_never_opens_a_fifo(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.write_text("one")
+    first = file_state(a)
+    a.write_text("one")
+    assert file_state(a) == first
+    a.write_text("two")
+    assert file_state(a) != first
+    assert file_state(tmp_path / "missing") == ABSENT
+    assert file_state(tmp_path) == ABSENT  # a directory is not a file
+    link = tmp_path / "link"
+    link.symlink_to("a")
+    assert file_state(link) != file_state(a)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert file_state(fifo) not in (ABSENT, file_state(a))  # returns at once: no open() on a FIFO
