@@ -183,6 +183,7 @@ class Notifier:
         self._cond = threading.Condition()
         self._closing = threading.Event()
         self._deadline = float("inf")
+        self._last: Notice | None = None
         self.dropped = 0
         self.delivered = 0
         self.failed = 0
@@ -200,13 +201,19 @@ class Notifier:
         return self._notify_send is not None
 
     def send(self, notice: Notice) -> None:
-        """Enqueue and return at once; when the queue is full the oldest notice is dropped."""
+        """Enqueue and return at once; when the queue is full the oldest notice is dropped.
+
+        A notice equal to the previous one (same transition, same iteration) is not sent again.
+        """
         if self._notify_send is None and self._webhook_url is None:
             return
         with self._cond:
             if self._closing.is_set():
                 log.warning("notify_dropped", kind=notice.kind, reason="notifier closed")
                 return
+            if notice == self._last:  # the same transition reported twice is still one message
+                return
+            self._last = notice
             if len(self._queue) >= self._queue_size:
                 oldest = self._queue.popleft()
                 self.dropped += 1

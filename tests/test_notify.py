@@ -106,6 +106,18 @@ def test_each_notice_becomes_exactly_one_slack_json_post(receiver: Receiver):
     assert notifier.delivered == 3 and notifier.failed == 0
 
 
+def test_the_same_transition_reported_twice_is_sent_once(receiver: Receiver):
+    notifier = Notifier(webhook_url=receiver.url, desktop=False)
+    opened = make_notice("opened")
+    notifier.send(opened)
+    notifier.send(opened)
+    notifier.send(make_notice("half open", kind="half_open"))
+    notifier.send(opened)  # a later open with the same facts is a new transition: sent again
+    notifier.close(timeout=5.0)
+    titles = [p["body"]["text"].splitlines()[0] for p in receiver.posts]
+    assert titles == ["*opened*", "*half open*", "*opened*"]
+
+
 def test_a_server_error_is_retried_a_bounded_number_of_times_then_logged(receiver: Receiver):
     receiver.statuses = [500] * 10
     with capture_logs() as logs:
