@@ -1,11 +1,214 @@
-"""Command line: parse arguments, dispatch subcommands, map outcomes to exit codes."""
+"""Command line: parse arguments, build Settings, dispatch subcommands, map outcomes to exit codes.
+
+`ralph-supervise [run] [OPTIONS] -- COMMAND` is the default command. Every usage or configuration
+error is exit 1 with one line on stderr naming the flag, variable or file (CONTRACT section 4),
+before anything is spawned.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from ralph_supervisor import __version__
+from ralph_supervisor.settings import OPTIONS, STATE_DIR_NAME, Settings, SettingsError, load_settings, parse_flag
+
+SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch")
+USAGE = """\
+ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...]   spawn COMMAND and supervise it
+ralph-supervise status [--json | --tmux] [-w DIR]     breaker and child status
+ralph-supervise reset [-w DIR]                        breaker to CLOSED, a paused tree resumed
+ralph-supervise pause | resume | stop [-w DIR]        ask the running supervisor of DIR
+ralph-supervise watch [-w DIR]                        live view of a supervised loop
+ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
+ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
+ralph-supervise --version | --help"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    print("ralph-supervise: not yet implemented", file=sys.stderr)
-    return 1
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit 1 (not usage text and exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise SettingsError(message)
+
+
+def _workspace_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-w", "--workspace", metavar="DIR", default=None, help="the watched project folder (default: .)")
+    parser.add_argument("--state-dir", metavar="DIR", default=None,
+                        help=f"where the supervisor keeps its files (default: DIR/{STATE_DIR_NAME})")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ralph-supervise run", usage="ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...]",
+                     description="Spawn COMMAND and supervise it.", argument_default=argparse.SUPPRESS)
+    _workspace_args(parser)
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="TOML config file (default: DIR/.ralph-supervise.toml when present)")
+    parser.add_argument("--echo", dest="echo", action="store_const", const=True, default=None,
+                        help="echo the child's output on stdout (default: when stdout is a terminal)")
+    parser.add_argument("--no-echo", dest="echo", action="store_const", const=False)
+    for option in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": f"opt_{option.name}", "metavar": option.metavar, "help": option.help}
+        if option.repeatable:
+            kwargs["action"] = "append"
+        parser.add_argument(option.flag, **kwargs)
+    return parser
+
+
+def _state_dir(workspace: str | None, state_dir: str | None) -> Path:
+    root = Path(workspace or ".").expanduser()
+    if not root.is_dir():
+        raise SettingsError(f"-w/--workspace: {root} is not a directory")
+    if state_dir:
+        path = Path(state_dir).expanduser()
+        return path if path.is_absolute() else (root / path).resolve()
+    return root.resolve() / STATE_DIR_NAME
+
+
+def build_run_settings(argv: Sequence[str], env: dict[str, str] | None = None) -> Settings:
+    """Parse `run` arguments (everything after `--` is the command) into validated Settings."""
+    argv = list(argv)
+    if "--" in argv:
+        split = argv.index("--")
+        options, command = argv[:split], argv[split + 1:]
+    else:
+        options, command = argv, []
+    args = _run_parser().parse_args(options)
+    if not command:
+        raise SettingsError("run: no COMMAND given (usage: ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...])")
+    flags: dict[str, Any] = {}
+    for option in OPTIONS:
+        raw = getattr(args, f"opt_{option.name}", None)
+        if raw is None:
+            continue
+        if option.repeatable:
+            flags[option.name] = tuple(v for item in raw for v in parse_flag(option, item))
+        else:
+            flags[option.name] = parse_flag(option, raw)
+    return load_settings(
+        workspace=getattr(args, "workspace", None),
+        state_dir=getattr(args, "state_dir", None),
+        config=getattr(args, "config", None),
+        flags=flags,
+        env=os.environ if env is None else env,
+        command=tuple(command),
+        echo=getattr(args, "echo", None),
+    )
+
+
+def cmd_run(argv: Sequence[str]) -> int:
+    settings = build_run_settings(argv)
+    from ralph_supervisor.supervisor import run_supervisor
+
+    return run_supervisor(settings)
+
+
+def _simple_parser(name: str, extra: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"ralph-supervise {name}")
+    _workspace_args(parser)
+    for flag, help_text in extra:
+        parser.add_argument(flag, action="store_true", help=help_text)
+    return parser
+
+
+def cmd_status(argv: Sequence[str]) -> int:
+    args = _simple_parser("status", [("--json", "machine-readable (CONTRACT section 3)"),
+                                     ("--tmux", "one short line for a tmux status bar")]).parse_args(argv)
+    from ralph_supervisor import status
+
+    report = status.collect(_state_dir(args.workspace, args.state_dir))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif args.tmux:
+        print(status.tmux_line(report))
+    else:
+        print(status.human(report))
+    return 0
+
+
+def cmd_reset(argv: Sequence[str]) -> int:
+    args = _simple_parser("reset").parse_args(argv)
+    from ralph_supervisor import status
+
+    print(status.reset(_state_dir(args.workspace, args.state_dir)))
+    return 0
+
+
+def cmd_control(name: str, argv: Sequence[str]) -> int:
+    args = _simple_parser(name).parse_args(argv)
+    from ralph_supervisor.control import ControlError, NoSupervisor, request
+    from ralph_supervisor.settings import OPTIONS_BY_NAME
+
+    state_dir = _state_dir(args.workspace, args.state_dir)
+    timeout = 30.0
+    if name == "stop":
+        timeout = float(OPTIONS_BY_NAME["grace"].default) + 60.0
+    try:
+        result = request(state_dir, name, timeout=timeout)
+    except NoSupervisor:
+        print(f"ralph-supervise {name}: no supervisor is running for {state_dir.parent}", file=sys.stderr)
+        return 1
+    except ControlError as exc:
+        print(f"ralph-supervise {name}: {exc}", file=sys.stderr)
+        return 1
+    message = result.get("message") if isinstance(result, dict) else None
+    if message:
+        print(message)
+    return 0
+
+
+def cmd_watch(argv: Sequence[str]) -> int:
+    parser = _simple_parser("watch", [("--once", "print one frame and exit")])
+    args = parser.parse_args(argv)
+    from ralph_supervisor import watch
+
+    root = Path(args.workspace or ".").resolve()
+    return watch.main(root, _state_dir(args.workspace, args.state_dir), once=args.once)
+
+
+def cmd_check(argv: Sequence[str]) -> int:
+    from ralph_supervisor import check
+
+    return check.main(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if not argv:
+            print(USAGE, file=sys.stderr)
+            return 1
+        head, rest = argv[0], argv[1:]
+        if head in ("-h", "--help"):
+            print(USAGE)
+            print("\nrun options (see `ralph-supervise run --help`)")
+            return 0
+        if head in ("-V", "--version"):
+            print(f"ralph-supervise {__version__}")
+            return 0
+        if head == "--circuit-status":
+            return cmd_status(rest)
+        if head == "--reset-circuit":
+            return cmd_reset(rest)
+        if head == "check":
+            return cmd_check(rest)
+        if head == "run":
+            return cmd_run(rest)
+        if head == "status":
+            return cmd_status(rest)
+        if head == "reset":
+            return cmd_reset(rest)
+        if head in ("pause", "resume", "stop"):
+            return cmd_control(head, rest)
+        if head == "watch":
+            return cmd_watch(rest)
+        return cmd_run(argv)
+    except SettingsError as exc:
+        print(f"ralph-supervise: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

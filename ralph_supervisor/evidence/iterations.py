@@ -1,0 +1,246 @@
+"""Cutting the run into iterations, and gathering each iteration's evidence.
+
+An iteration is one agent call: by default the life of a descendant process whose name is one of
+`--iteration-process` (CONTRACT section 5 says how a name matches), or, with `--iteration-marker`,
+the stretch of output from one matching line to the next. The tracker collects what the output
+analysis finds for the call in progress and, when the call ends, hands back its `CallEvidence`;
+the supervisor adds the workspace delta and builds the `IterationReport`.
+
+Output read before the tracker noticed the call (the tree is sampled, not watched) is kept for a
+few seconds and claimed by the call whose process started before it was read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ralph_supervisor.report import IterationReport
+
+INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
+NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "--help", "-h"})
+MAX_ERROR_LINES = 50
+MAX_TEXT_BYTES = 8 << 20
+PENDING_SECONDS = 10.0
+PENDING_MAX = 4096
+
+
+def _interpreter(base: str) -> bool:
+    return base in INTERPRETERS or re.fullmatch(r"python3(\.\d+)?|node\d*", base) is not None
+
+
+def agent_name_matches(name: str, cmdline: Sequence[str], names: Iterable[str]) -> bool:
+    """Does this process count as an agent call? (its name, basename of argv[0], or of argv[1] after an interpreter)"""
+    wanted = set(names)
+    if name in wanted:
+        return True
+    if not cmdline:
+        return False
+    first = os.path.basename(cmdline[0])
+    if first in wanted:
+        return True
+    if _interpreter(first) and len(cmdline) > 1:
+        return os.path.basename(cmdline[1]) in wanted
+    return False
+
+
+def is_agent_call(name: str, cmdline: Sequence[str], names: Iterable[str]) -> bool:
+    """An agent process that is a real call (`claude --version` and `--help` are not iterations)."""
+    if not agent_name_matches(name, cmdline, names):
+        return False
+    return not any(arg in NOT_A_CALL_FLAGS for arg in cmdline[1:])
+
+
+@dataclass(frozen=True)
+class OutputResult:
+    """What the analysis worker found in one chunk of output (passed to the event loop)."""
+
+    source: str
+    nbytes: int
+    tag: int
+    read_at: float
+    """Wall-clock time the chunk was read (comparable with a process's create time)."""
+    lines: tuple[str, ...]
+    errors: tuple[str, ...]
+    markers: tuple[int, ...] = ()
+    """Indexes into `lines` of lines matching the iteration marker."""
+
+
+@dataclass
+class CallEvidence:
+    """The evidence of the call in progress."""
+
+    number: int
+    started_at: float
+    started_wall: float
+    pid: int | None = None
+    create_time: float | None = None
+    output_bytes: int = 0
+    error_lines: list[str] = field(default_factory=list)
+    text: deque[str] = field(default_factory=deque)
+    text_bytes: int = 0
+    cut_short: bool = False
+    sources: set[str] = field(default_factory=set)
+
+    def add(self, result: OutputResult, lines: Sequence[str] | None = None) -> None:
+        lines = result.lines if lines is None else lines
+        self.output_bytes += result.nbytes
+        self.sources.add(result.source)
+        for error in result.errors:
+            if len(self.error_lines) < MAX_ERROR_LINES:
+                self.error_lines.append(error)
+        for line in lines:
+            self.text.append(line)
+            self.text_bytes += len(line) + 1
+        while self.text_bytes > MAX_TEXT_BYTES and self.text:
+            self.text_bytes -= len(self.text.popleft()) + 1
+
+    def output_text(self) -> str:
+        return "\n".join(self.text)
+
+
+class IterationTracker:
+    """Which call is in progress, and its evidence. Lives on the event loop thread."""
+
+    def __init__(self, agent_names: Sequence[str], marker: str | None, last_number: int = 0) -> None:
+        self.agent_names = tuple(agent_names)
+        self.marker = re.compile(marker) if marker else None
+        self.number = last_number
+        self.current: CallEvidence | None = None
+        self._pending: deque[OutputResult] = deque()
+        self._skip: set[tuple[int, float]] = set()
+        self._closing: dict[int, CallEvidence] = {}
+        """Calls that ended but whose last output may still be in analysis, by number."""
+
+    @property
+    def tag(self) -> int:
+        """The tag output read now gets: the number of the call in progress, or 0."""
+        return self.current.number if self.current is not None else 0
+
+    def start(self, now: float, wall: float, pid: int | None = None, create_time: float | None = None) -> CallEvidence:
+        self.number += 1
+        call = CallEvidence(self.number, now, wall, pid, create_time)
+        self.current = call
+        if create_time is not None:
+            claimed = [r for r in self._pending if r.read_at >= create_time - 0.05]
+            for result in claimed:
+                call.add(result)
+            self._pending.clear()
+        return call
+
+    def finish(self) -> CallEvidence | None:
+        """End the call in progress; its late output still reaches it until `release`."""
+        call, self.current = self.current, None
+        if call is not None:
+            self._closing[call.number] = call
+        return call
+
+    def release(self, number: int) -> None:
+        self._closing.pop(number, None)
+
+    def ignore_process(self, pid: int, create_time: float) -> None:
+        """Never start a call for this process (e.g. the call that was running when a trial began)."""
+        self._skip.add((pid, create_time))
+        if len(self._skip) > 1024:
+            self._skip.clear()
+            self._skip.add((pid, create_time))
+
+    def new_call_candidate(self, processes: Iterable[tuple[int, float, str, Sequence[str]]]) -> tuple[int, float] | None:
+        """Among (pid, create_time, name, cmdline), the oldest agent call not seen before, or None."""
+        found: list[tuple[float, int]] = []
+        for pid, ctime, name, cmdline in processes:
+            if (pid, ctime) in self._skip:
+                continue
+            if is_agent_call(name, cmdline, self.agent_names):
+                found.append((ctime, pid))
+        if not found:
+            return None
+        ctime, pid = min(found)
+        return pid, ctime
+
+    def add_output(self, result: OutputResult, now: float, wall: float) -> list[CallEvidence]:
+        """Route a chunk's findings to its call. In marker mode, returns the calls that the markers ended."""
+        finished: list[CallEvidence] = []
+        if self.marker is not None:
+            start = 0
+            for index in result.markers:
+                if self.current is not None:
+                    self.current.add(_slice(result, start, index), result.lines[start:index])
+                    ended = self.finish()
+                    assert ended is not None
+                    finished.append(ended)
+                self.start(now, wall)
+                start = index
+            piece = _slice(result, start, len(result.lines)) if result.markers else result
+            if self.current is not None:
+                self.current.add(piece, result.lines[start:])
+            return finished
+        closing = self._closing.get(result.tag) if result.tag else None
+        if closing is not None:
+            closing.add(result)
+            return finished
+        call = self.current
+        if call is not None and (result.tag == call.number or (result.tag == 0 and call.create_time is not None
+                                                                and result.read_at >= call.create_time - 0.05)):
+            call.add(result)
+        elif result.tag == 0:
+            self._pending.append(result)
+            while self._pending and (len(self._pending) > PENDING_MAX
+                                     or self._pending[0].read_at < wall - PENDING_SECONDS):
+                self._pending.popleft()
+        return finished
+
+
+def _slice(result: OutputResult, start: int, end: int) -> OutputResult:
+    """The part of a chunk's findings between two line indexes (bytes and errors apportioned by line)."""
+    lines = result.lines[start:end]
+    nbytes = sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
+    wanted = set(lines)
+    errors = tuple(e for e in result.errors if any(e in line for line in wanted))
+    return OutputResult(result.source, nbytes, result.tag, result.read_at, lines, errors)
+
+
+def build_report(
+    call: CallEvidence,
+    *,
+    ended_at: float,
+    files_changed: int,
+    changed_paths: Sequence[str],
+    commits: int,
+    agent: object | None,
+    signatures: frozenset[str],
+    timed_out: bool = False,
+    exit_status: int | None = None,
+) -> IterationReport:
+    """Combine a call's evidence, its workspace delta and its parsed agent output into the report."""
+    reply = getattr(agent, "reply", None)
+    failed = bool(getattr(agent, "failed", False)) or timed_out
+    usage_limited = bool(getattr(agent, "usage_limited", False))
+    if usage_limited:
+        failed = False
+    return IterationReport(
+        number=call.number,
+        started_at=call.started_wall,
+        ended_at=ended_at,
+        files_changed=files_changed,
+        changed_paths=tuple(changed_paths)[:50],
+        commits=commits,
+        output_bytes=call.output_bytes,
+        error_signatures=signatures,
+        error_lines=tuple(call.error_lines[:20]),
+        reply=None if failed else reply,
+        tokens=int(getattr(agent, "tokens", 0) or 0),
+        exit_status=exit_status,
+        failed=failed,
+        timed_out=timed_out,
+        usage_limited=usage_limited,
+        blocked=bool(getattr(agent, "blocked", False)),
+        blocked_reason=str(getattr(agent, "blocked_reason", "") or ""),
+        completed=bool(getattr(agent, "exit_signal", False)),
+        status=dict(getattr(agent, "status", {}) or {}),
+        session_id=str(getattr(agent, "session_id", "") or ""),
+        cut_short=call.cut_short,
+    )

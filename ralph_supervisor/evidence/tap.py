@@ -1,0 +1,285 @@
+"""The output tap: drain the child's pipes at full speed, keep every byte, analyse behind.
+
+Reading never waits for judging. The event loop reads each pipe in large chunks as soon as it is
+readable, appends the bytes unchanged to `child.log` (rotated under a disk budget), echoes them when
+asked, and hands them to an analysis worker thread through a queue bounded in bytes. When the
+worker falls behind by more than the bound, chunks are not analysed (and `analysis_dropped_bytes`
+says so); the child is never blocked by us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ralph_supervisor.rotating import RotatingFile
+
+READ_SIZE = 1 << 20
+PIPE_SIZE = 1 << 20
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+class LineSplitter:
+    """Split a byte stream into lines, each cut at `cap` bytes; a longer line is never held whole.
+
+    `feed` returns the complete lines (without the newline). The bytes of an over-long line past
+    the cap are skipped as they arrive, and the line is counted in `cut_lines`.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._partial = bytearray()
+        self._skipping = False
+        self.cut_lines = 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        start = 0
+        size = len(data)
+        while start < size:
+            end = data.find(b"\n", start)
+            if end < 0:
+                self._append(data[start:])
+                break
+            self._append(data[start:end])
+            lines.append(bytes(self._partial))
+            self._partial.clear()
+            self._skipping = False
+            start = end + 1
+        return lines
+
+    def _append(self, piece: bytes) -> None:
+        if self._skipping:
+            return
+        room = self.cap - len(self._partial)
+        if len(piece) > room:
+            self._partial += piece[:room]
+            self._skipping = True
+            self.cut_lines += 1
+        else:
+            self._partial += piece
+
+    def flush(self) -> list[bytes]:
+        """The last line when the stream ends without a newline."""
+        if not self._partial and not self._skipping:
+            return []
+        line = bytes(self._partial)
+        self._partial.clear()
+        self._skipping = False
+        return [line]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Bytes read from one source, tagged with what was current when they were read."""
+
+    source: str
+    data: bytes
+    tag: int
+    read_at: float
+    """Wall-clock time of the read (comparable with a process's create time)."""
+    final: bool = False
+
+
+@dataclass
+class TapCounters:
+    bytes_read: int = 0
+    chunks_read: int = 0
+    analysis_dropped_bytes: int = 0
+    analysis_lag_bytes: int = 0
+    cut_lines: int = 0
+    last_output_at: float = field(default_factory=time.monotonic)
+
+
+Analyse = Callable[[Chunk, list[bytes]], None]
+"""Called on the worker thread with the chunk and its complete lines."""
+
+
+class AnalysisQueue:
+    """A queue bounded in bytes between the reader and the analysis worker thread."""
+
+    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 64 << 20) -> None:
+        self._analyse = analyse
+        self._line_cap = line_cap
+        self._max_bytes = max_bytes
+        self._items: deque[Chunk] = deque()
+        self._bytes = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._splitters: dict[str, LineSplitter] = {}
+        self.submitted = 0
+        self.done = 0
+        self.dropped_bytes = 0
+        self._thread = threading.Thread(target=self._run, name="ralph-analysis", daemon=True)
+        self._thread.start()
+
+    def submit(self, chunk: Chunk) -> int:
+        """Queue a chunk; returns its sequence number. Never blocks: over the bound it is dropped."""
+        with self._cond:
+            self.submitted += 1
+            if self._bytes + len(chunk.data) > self._max_bytes and not chunk.final:
+                self.dropped_bytes += len(chunk.data)
+                self.done += 1
+                return self.submitted
+            self._items.append(chunk)
+            self._bytes += len(chunk.data)
+            self._cond.notify_all()  # the worker and any wait_done() share this condition
+            return self.submitted
+
+    @property
+    def lag_bytes(self) -> int:
+        return self._bytes
+
+    def cut_lines(self) -> int:
+        return sum(s.cut_lines for s in self._splitters.values())
+
+    def wait_done(self, seq: int, timeout: float) -> bool:
+        """Block until chunk `seq` has been analysed (used off the event loop)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.done < seq:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._closed:
+                    self._cond.wait()
+                if not self._items and self._closed:
+                    return
+                chunk = self._items.popleft()
+                self._bytes -= len(chunk.data)
+            splitter = self._splitters.get(chunk.source)
+            if splitter is None:
+                splitter = self._splitters[chunk.source] = LineSplitter(self._line_cap)
+            lines = splitter.feed(chunk.data)
+            if chunk.final:
+                lines.extend(splitter.flush())
+                del self._splitters[chunk.source]
+            try:
+                self._analyse(chunk, lines)
+            except Exception:  # noqa: BLE001 - analysis faults never stop the reader
+                pass
+            with self._cond:
+                self.done += 1
+                self._cond.notify_all()
+
+    def close(self, timeout: float = 2.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+
+class OutputTap:
+    """Reads the child's pipes on the event loop; tees to child.log, the echo fd and the analysis queue."""
+
+    def __init__(
+        self,
+        log: RotatingFile,
+        queue: AnalysisQueue,
+        *,
+        echo_fd: int | None = None,
+        tag: Callable[[], int] = lambda: 0,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.queue = queue
+        self.echo_fd = echo_fd
+        self.counters = TapCounters()
+        self._tag = tag
+        self._on_bytes = on_bytes
+        self._open: dict[int, str] = {}
+        self._all_closed: asyncio.Event | None = None
+        self.last_seq = 0
+
+    def attach(self, fd: int, source: str) -> None:
+        """Start reading `fd` (non-blocking) on the running loop."""
+        loop = asyncio.get_running_loop()
+        if self._all_closed is None:
+            self._all_closed = asyncio.Event()
+        self._all_closed.clear()
+        try:
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass
+        os.set_blocking(fd, False)
+        self._open[fd] = source
+        loop.add_reader(fd, self._readable, fd)
+
+    def _readable(self, fd: int) -> None:
+        source = self._open.get(fd)
+        if source is None:
+            return
+        try:
+            data = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(fd, source)
+            return
+        now = time.monotonic()
+        counters = self.counters
+        counters.bytes_read += len(data)
+        counters.chunks_read += 1
+        counters.last_output_at = now
+        self.log.write(data)
+        if self.echo_fd is not None:
+            self._echo(data)
+        self.last_seq = self.queue.submit(Chunk(source, data, self._tag(), time.time()))
+        if self._on_bytes is not None:
+            self._on_bytes(len(data))
+
+    def _echo(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.echo_fd, view):]  # type: ignore[arg-type]
+        except BlockingIOError:
+            pass  # a stalled terminal loses echo, never blocks the child
+        except OSError:
+            self.echo_fd = None
+
+    def _close(self, fd: int, source: str) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(fd)
+        del self._open[fd]
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        self.last_seq = self.queue.submit(Chunk(source, b"", self._tag(), time.time(), final=True))
+        if not self._open and self._all_closed is not None:
+            self._all_closed.set()
+
+    async def wait_closed(self, timeout: float | None = None) -> bool:
+        """Wait until every attached pipe reached end of file (the child and all holders closed it)."""
+        if self._all_closed is None or not self._open:
+            return True
+        try:
+            await asyncio.wait_for(self._all_closed.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def detach_all(self) -> None:
+        """Stop reading (e.g. when the tree is gone but a stray process still holds a pipe)."""
+        for fd, source in list(self._open.items()):
+            try:
+                self._readable(fd)
+            except Exception:  # noqa: BLE001
+                pass
+            if fd in self._open:
+                self._close(fd, source)

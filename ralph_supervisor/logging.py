@@ -1,0 +1,95 @@
+"""structlog set-up: JSON lines to `events.jsonl` always, and one stream on stderr for humans.
+
+The last processor fans each event out to its sinks and drops it, so one event is rendered at most
+twice (JSON for the file, console or JSON for stderr) and never through the stdlib logging tree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from ralph_supervisor.rotating import RotatingFile
+from ralph_supervisor.store import iso_utc
+
+EVENTS_MAX_BYTES = 10_000_000
+EVENTS_TOTAL_BYTES = 50_000_000
+
+
+def _timestamp(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    event_dict.setdefault("ts", iso_utc(time.time()))
+    return event_dict
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)
+
+
+class _Fanout:
+    """The final processor: write the event to every sink, then drop it."""
+
+    def __init__(self, events: RotatingFile | None, stream: TextIO | None, console: bool) -> None:
+        self.events = events
+        self.stream = stream
+        self.console = structlog.dev.ConsoleRenderer(colors=console and _colors(stream)) if console else None
+
+    def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> Any:
+        line = json.dumps(event_dict, default=_json_default, ensure_ascii=False)
+        if self.events is not None:
+            self.events.write(line.encode("utf-8", "replace") + b"\n")
+        if self.stream is not None:
+            try:
+                if self.console is not None:
+                    text = self.console(logger, name, dict(event_dict))
+                    self.stream.write(f"{text}\n")
+                else:
+                    self.stream.write(line + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+        raise structlog.DropEvent
+
+
+def _colors(stream: TextIO | None) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except ValueError:
+        return False
+
+
+def configure_logging(events_path: Path | None, log_format: str = "auto", stream: TextIO | None = None) -> RotatingFile | None:
+    """Route structlog events to `events_path` (JSON lines, rotated) and to `stream` (default stderr)."""
+    stream = sys.stderr if stream is None else stream
+    console = log_format == "console" or (log_format == "auto" and _colors(stream))
+    events = None
+    if events_path is not None:
+        events = RotatingFile(events_path, EVENTS_MAX_BYTES, EVENTS_TOTAL_BYTES, whole_lines=True,
+                              on_error=lambda exc: _warn_once(stream, events_path, exc))
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            _timestamp,
+            structlog.processors.format_exc_info,
+            _Fanout(events, stream, console),
+        ],
+        logger_factory=structlog.ReturnLoggerFactory(),
+        cache_logger_on_first_use=False,
+    )
+    return events
+
+
+def _warn_once(stream: TextIO, path: Path, exc: OSError) -> None:
+    try:
+        stream.write(f"ralph-supervise: warning: cannot write {path}: {exc.strerror or exc}; events go to stderr only\n")
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,110 @@
+"""A file that rotates by size under a total disk budget, and never raises on a write.
+
+Used for everything we append without end: the child's output (`child.log`), the structured log
+(`events.jsonl`) and the breaker history (`history.jsonl`). Appending is the only write, so a
+file is never rewritten whole; the oldest rotated file is deleted once the budget is spent.
+A full or read-only disk costs us the bytes (counted in `dropped_bytes`), never the supervision.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+
+class RotatingFile:
+    """Append-only `path`, rotated to `path.1`, `path.2`, ... when it would exceed `max_bytes`.
+
+    `total_bytes` bounds the current file and its rotated files together. Lines (when
+    `whole_lines` is set) are never split across two files, so every JSON-lines file stays valid.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int,
+        total_bytes: int,
+        *,
+        whole_lines: bool = False,
+        on_error: Callable[[OSError], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.max_bytes = max(1, max_bytes)
+        self.keep = max(0, total_bytes // self.max_bytes - 1)
+        self.whole_lines = whole_lines
+        self.dropped_bytes = 0
+        self.written_bytes = 0
+        self._on_error = on_error
+        self._failed = False
+        self._fd: int | None = None
+        self._size = 0
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            self._size = os.fstat(self._fd).st_size
+        return self._fd
+
+    def _rotate(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.keep == 0:
+            os.unlink(self.path)
+        else:
+            oldest = self.path.with_name(f"{self.path.name}.{self.keep}")
+            if oldest.exists():
+                oldest.unlink()
+            for index in range(self.keep - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{index}")
+                if older.exists():
+                    older.rename(self.path.with_name(f"{self.path.name}.{index + 1}"))
+            self.path.rename(self.path.with_name(f"{self.path.name}.1"))
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        """Append `data`, rotating as needed. Errors are reported once and the bytes dropped."""
+        if not data:
+            return
+        try:
+            fd = self._open()
+            view = memoryview(data)
+            while view:
+                room = self.max_bytes - self._size
+                if room <= 0 or (self.whole_lines and len(view) > room and self._size > 0):
+                    self._rotate()
+                    fd = self._open()
+                    room = self.max_bytes
+                piece = view if self.whole_lines else view[:room]
+                written = os.write(fd, piece)
+                self._size += written
+                self.written_bytes += written
+                view = view[written:]
+            if self._failed:
+                self._failed = False
+        except OSError as exc:
+            self.dropped_bytes += len(data)
+            if not self._failed:
+                self._failed = True
+                if self._on_error is not None:
+                    self._on_error(exc)
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def files(self) -> list[Path]:
+        """The current file and its rotated files that exist, newest first."""
+        names = [self.path] + [self.path.with_name(f"{self.path.name}.{i}") for i in range(1, self.keep + 1)]
+        return [p for p in names if p.exists()]

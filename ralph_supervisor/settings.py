@@ -1,0 +1,419 @@
+"""Settings: built-in default <- config file <- environment <- flag (later wins).
+
+Every option is described once, in `OPTIONS`; the command line, the TOML file and the environment
+are all read through that one table, so a name, a default or a check cannot drift between them.
+Every bad value is one `SettingsError` naming the flag, the variable or the file and line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+STATE_DIR_NAME = ".ralph-supervise"
+CONFIG_FILE_NAME = ".ralph-supervise.toml"
+RALPH_TAIL_DEFAULT = ".ralph/logs/claude_output_*.log"
+
+
+class SettingsError(Exception):
+    """A bad flag, variable or config value: the message is the one line the user sees."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsers: each takes the raw value (a str from the command line or environment, or a TOML value)
+# and returns the typed value or raises ValueError with what would be valid.
+
+
+def _int(minimum: int) -> Callable[[Any], int]:
+    def parse(raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected a whole number >= {minimum}")
+        if isinstance(raw, int):
+            value = raw
+        else:
+            text = str(raw).strip()
+            if not re.fullmatch(r"[+-]?\d+", text):
+                raise ValueError(f"expected a whole number >= {minimum}, got {raw!r}")
+            value = int(text)
+        if value < minimum:
+            raise ValueError(f"expected a whole number >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _number(minimum: float, maximum: float | None = None, *, above: bool = False) -> Callable[[Any], float]:
+    def describe() -> str:
+        low = f"> {minimum:g}" if above else f">= {minimum:g}"
+        return f"a number {low}" + (f" and <= {maximum:g}" if maximum is not None else "")
+
+    def parse(raw: Any) -> float:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected {describe()}")
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected {describe()}, got {raw!r}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"expected {describe()}, got {raw!r}")
+        if (value <= minimum if above else value < minimum) or (maximum is not None and value > maximum):
+            raise ValueError(f"expected {describe()}, got {raw!r}")
+        return value
+
+    return parse
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 10**6, "mb": 10**6, "mib": 2**20,
+               "g": 10**9, "gb": 10**9, "gib": 2**30}
+
+
+def _size(minimum: int) -> Callable[[Any], int]:
+    """Byte sizes: 50000000, "50MB", "64KiB"."""
+
+    def parse(raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ValueError("expected a size like 50MB")
+        if isinstance(raw, int):
+            value = raw
+        else:
+            match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(raw))
+            if not match or match.group(2).lower() not in _SIZE_UNITS:
+                raise ValueError(f"expected a size like 50MB or 1048576, got {raw!r}")
+            value = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+        if value < minimum:
+            raise ValueError(f"expected a size of at least {minimum} bytes, got {value}")
+        return value
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        value = str(raw).strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"expected a string, got {raw!r}")
+    return raw
+
+
+def _optional_text(raw: Any) -> str | None:
+    value = _text(raw).strip()
+    return value or None
+
+
+def _names(raw: Any) -> tuple[str, ...]:
+    """A comma list (or a TOML list) of process names."""
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    if not names:
+        raise ValueError("expected at least one process name")
+    return names
+
+
+def _strings(raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list) else [raw]
+    if not all(isinstance(item, str) for item in items):
+        raise ValueError(f"expected a list of strings, got {raw!r}")
+    return tuple(items)
+
+
+def _regex(raw: Any) -> str | None:
+    text = _text(raw)
+    if not text:
+        return None
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression ({exc})") from None
+    return text
+
+
+def _url(raw: Any) -> str | None:
+    text = _text(raw).strip()
+    if not text:
+        return None
+    if not re.match(r"https?://[^\s/]+", text):
+        raise ValueError(f"expected an http:// or https:// URL, got {raw!r}")
+    return text
+
+
+def _port(raw: Any) -> int | None:
+    value = _int(0)(raw)
+    if value > 65535:
+        raise ValueError(f"expected a TCP port 0-65535, got {value}")
+    return value
+
+
+def _path(raw: Any) -> Path | None:
+    text = _text(raw).strip()
+    return Path(text).expanduser() if text else None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its name (the TOML key and dataclass field), flag, environment variable and parser."""
+
+    name: str
+    flag: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    env: tuple[str, ...] = ()
+    repeatable: bool = False
+    metavar: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("no_progress", "--no-progress", _int(1), 3, "open after N iterations in a row without progress",
+           ("CB_NO_PROGRESS_THRESHOLD",), metavar="N"),
+    Option("same_error", "--same-error", _int(1), 5, "open after the same error set in N iterations in a row",
+           ("CB_SAME_ERROR_THRESHOLD",), metavar="N"),
+    Option("output_decline", "--output-decline", _number(0, 100), 70.0,
+           "open when an iteration without progress prints PCT %% less than the mean of the 3 before it (0 = off)",
+           ("CB_OUTPUT_DECLINE_THRESHOLD",), metavar="PCT"),
+    Option("max_failures", "--max-failures", _int(1), 5, "open after N failed agent calls in a row",
+           ("RALPH_SUPERVISE_MAX_FAILURES",), metavar="N"),
+    Option("stall", "--stall", _number(0, above=True), 1800.0,
+           "open when the current call is silent (no output, no file change, no CPU) for SECONDS",
+           ("RALPH_SUPERVISE_STALL",), metavar="SECONDS"),
+    Option("paraphrase", "--paraphrase", _number(0, 1), 0.82,
+           "open when the last 3 replies have mean pairwise word-set Jaccard >= RATIO (0 = off)",
+           ("RALPH_SUPERVISE_PARAPHRASE",), metavar="RATIO"),
+    Option("max_iterations", "--max-iterations", _int(0), 0, "iteration cap (0 = off)",
+           ("RALPH_SUPERVISE_MAX_ITERATIONS",), metavar="N"),
+    Option("token_budget", "--token-budget", _int(0), 0, "tokens for this run (0 = off)",
+           ("RALPH_SUPERVISE_TOKEN_BUDGET",), metavar="N"),
+    Option("daily_token_budget", "--daily-token-budget", _int(0), 0, "tokens per UTC day across runs (0 = off)",
+           ("RALPH_SUPERVISE_DAILY_TOKEN_BUDGET",), metavar="N"),
+    Option("on_open", "--on-open", _choice("pause", "kill", "stop"), "pause", "what OPEN does to the tree",
+           ("RALPH_SUPERVISE_ON_OPEN",), metavar="pause|kill|stop"),
+    Option("cooldown", "--cooldown", _number(0, above=True), 30.0,
+           "minutes from OPEN to HALF_OPEN; doubles after each failed trial, capped at 8x",
+           ("CB_COOLDOWN_MINUTES",), metavar="MINUTES"),
+    Option("max_opens", "--max-opens", _int(1), 3, "the Nth open is final: the tree is stopped and run exits 2",
+           ("RALPH_SUPERVISE_MAX_OPENS",), metavar="N"),
+    Option("grace", "--grace", _number(0), 10.0, "seconds from SIGTERM to SIGKILL when stopping the tree",
+           ("RALPH_SUPERVISE_GRACE",), metavar="SECONDS"),
+    Option("iteration_process", "--iteration-process", _names, ("claude",),
+           "an iteration is the life of a descendant process with one of these names (comma list)",
+           ("RALPH_SUPERVISE_AGENT",), metavar="NAMES"),
+    Option("iteration_marker", "--iteration-marker", _regex, None,
+           "instead: an iteration starts at each output line matching REGEX", metavar="REGEX"),
+    Option("tail", "--tail", _strings, (), "more files to read as agent output (glob, repeatable)",
+           repeatable=True, metavar="GLOB"),
+    Option("ignore", "--ignore", _strings, (), "paths whose changes are not progress (gitignore pattern, repeatable)",
+           repeatable=True, metavar="PATTERN"),
+    Option("on_open_hook", "--on-open-hook", _optional_text, None,
+           "shell command run on every open, the decision JSON on its stdin", metavar="CMD"),
+    Option("hook_timeout", "--hook-timeout", _number(0, above=True), 30.0,
+           "seconds an --on-open-hook may run before it is killed", metavar="SECONDS"),
+    Option("log_format", "--log-format", _choice("auto", "json", "console"), "auto",
+           "supervisor log on stderr: console on a terminal, JSON otherwise", metavar="auto|json|console"),
+    Option("log_max_bytes", "--log-max-bytes", _size(4096), 50_000_000, "child.log size before it is rotated",
+           metavar="SIZE"),
+    Option("log_total_bytes", "--log-total-bytes", _size(4096), 500_000_000,
+           "disk budget of child.log and its rotated files together", metavar="SIZE"),
+    Option("line_cap", "--line-cap", _size(1024), 1 << 20,
+           "longest line kept whole for analysis; longer lines are cut (and counted)", metavar="SIZE"),
+    Option("notify_webhook", "--notify-webhook", _url, None,
+           "POST a Slack-compatible message to URL on open, close, final stop and child exit", metavar="URL"),
+    Option("notify_desktop", "--notify-desktop", _bool, True, "desktop notifications with notify-send when present",
+           metavar="true|false"),
+    Option("metrics_port", "--metrics-port", _port, None, "serve Prometheus metrics on this port", metavar="PORT"),
+    Option("metrics_host", "--metrics-host", _text, "127.0.0.1", "address the metrics server binds", metavar="HOST"),
+    Option("metrics_textfile", "--metrics-textfile", _path, None,
+           "write metrics to this node-exporter textfile", metavar="FILE"),
+)
+
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a run needs, fully validated. Built only by `load_settings`."""
+
+    workspace: Path
+    state_dir: Path
+    command: tuple[str, ...] = ()
+    config_file: Path | None = None
+    echo: bool | None = None
+    no_progress: int = 3
+    same_error: int = 5
+    output_decline: float = 70.0
+    max_failures: int = 5
+    stall: float = 1800.0
+    paraphrase: float = 0.82
+    max_iterations: int = 0
+    token_budget: int = 0
+    daily_token_budget: int = 0
+    on_open: str = "pause"
+    cooldown: float = 30.0
+    max_opens: int = 3
+    grace: float = 10.0
+    iteration_process: tuple[str, ...] = ("claude",)
+    iteration_marker: str | None = None
+    tail: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    on_open_hook: str | None = None
+    hook_timeout: float = 30.0
+    log_format: str = "auto"
+    log_max_bytes: int = 50_000_000
+    log_total_bytes: int = 500_000_000
+    line_cap: int = 1 << 20
+    notify_webhook: str | None = None
+    notify_desktop: bool = True
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_textfile: Path | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Where each non-default value came from (for `status` and the escalation summary)."""
+
+    @property
+    def cooldown_s(self) -> float:
+        return self.cooldown * 60.0
+
+    def tail_globs(self) -> tuple[str, ...]:
+        """`--tail` globs, or Ralph's per-call logs when the workspace is a Ralph project."""
+        if self.tail:
+            return self.tail
+        if (self.workspace / ".ralph").is_dir():
+            return (RALPH_TAIL_DEFAULT,)
+        return ()
+
+
+def _toml_line(text: str, key: str) -> int | None:
+    """The line of `key = ...` in a TOML text (tomllib reports no positions for values)."""
+    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*=", re.MULTILINE)
+    match = pattern.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse and validate a TOML config file; keys are OPTIONS names (`no_progress`, also `no-progress`)."""
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        text = raw_bytes.decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise SettingsError(f"config file {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path}: {exc}") from None
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        name = key.replace("-", "_")
+        line = _toml_line(text, key)
+        where = f"{path}:{line}" if line else str(path)
+        option = OPTIONS_BY_NAME.get(name)
+        if option is None:
+            known = ", ".join(sorted(OPTIONS_BY_NAME))
+            raise SettingsError(f"config file {where}: unknown key {key!r} (known keys: {known})")
+        try:
+            values[name] = option.parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"config file {where}: {key}: {exc}") from None
+    return values
+
+
+def read_environment(env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """Values from environment variables (Ralph's `CB_*` names included): name -> (value, variable)."""
+    values: dict[str, tuple[Any, str]] = {}
+    for option in OPTIONS:
+        for var in option.env:
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                continue
+            try:
+                values[option.name] = (option.parse(raw), var)
+            except ValueError as exc:
+                raise SettingsError(f"environment variable {var}: {exc}") from None
+    return values
+
+
+def parse_flag(option: Option, raw: str) -> Any:
+    try:
+        return option.parse(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{option.flag}: {exc}") from None
+
+
+def load_settings(
+    *,
+    workspace: str | None,
+    state_dir: str | None = None,
+    config: str | None = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    command: tuple[str, ...] = (),
+    echo: bool | None = None,
+) -> Settings:
+    """Merge default <- config file <- environment <- flags into one validated Settings.
+
+    `flags` holds already-parsed flag values (see `parse_flag`), keyed by option name.
+    """
+    env = os.environ if env is None else env
+    root = Path(workspace or ".").expanduser()
+    if not root.is_dir():
+        raise SettingsError(f"-w/--workspace: {root} is not a directory")
+    root = root.resolve()
+    merged: dict[str, Any] = {option.name: option.default for option in OPTIONS}
+    sources: dict[str, str] = {}
+
+    config_path: Path | None
+    if config is not None:
+        config_path = Path(config).expanduser()
+        if not config_path.is_file():
+            raise SettingsError(f"--config: {config_path} is not a readable file")
+    else:
+        candidate = root / CONFIG_FILE_NAME
+        config_path = candidate if candidate.is_file() else None
+    if config_path is not None:
+        for name, value in read_config_file(config_path).items():
+            merged[name] = value
+            sources[name] = f"config {config_path}"
+    for name, (value, var) in read_environment(env).items():
+        merged[name] = value
+        sources[name] = f"environment {var}"
+    for name, value in (flags or {}).items():
+        merged[name] = value
+        sources[name] = f"flag {OPTIONS_BY_NAME[name].flag}"
+
+    state = Path(state_dir).expanduser() if state_dir else root / STATE_DIR_NAME
+    if not state.is_absolute():
+        state = (root / state).resolve()
+    if merged["log_total_bytes"] < merged["log_max_bytes"]:
+        raise SettingsError("--log-total-bytes: must be at least --log-max-bytes")
+    known = {f.name for f in fields(Settings)}
+    return Settings(
+        workspace=root,
+        state_dir=state,
+        command=command,
+        config_file=config_path,
+        echo=echo,
+        sources=sources,
+        **{k: v for k, v in merged.items() if k in known},
+    )
