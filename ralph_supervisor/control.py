@@ -247,7 +247,9 @@ class ControlServer:
                 return
             await self._serve_one(reader, writer)
         except asyncio.CancelledError:
-            raise
+            # Only close() cancels a connection. Ending quietly (not re-raising) keeps asyncio's
+            # stream callback from logging the cancellation as an unhandled error (Python 3.11).
+            pass
         except Exception as exc:  # the door must never fall in: log and drop the client
             log.warning("control_connection_failed", error=one_line(f"{type(exc).__name__}: {exc}"))
         finally:
@@ -405,8 +407,7 @@ def request(state_dir: Path, cmd: str, *, timeout: float = 5.0, **fields: Any) -
     try:
         sock.settimeout(max(timeout, 0.001))
         try:
-            with _short_address(path) as address:
-                sock.connect(address)
+            _connect(sock, path, deadline)
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
             raise NoSupervisor(f"no supervisor is running for {state_dir}") from None
         except PermissionError:
@@ -418,7 +419,10 @@ def request(state_dir: Path, cmd: str, *, timeout: float = 5.0, **fields: Any) -
                 raise NoSupervisor(f"no supervisor is running for {state_dir}") from None
             raise ControlError(f"cannot connect to {path}: {exc.strerror or exc}") from None
         try:
-            sock.sendall(message)
+            try:
+                sock.sendall(message)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server may have answered (busy, refused) and closed before reading: read it
             line = _recv_line(sock, deadline)
         except TimeoutError:
             raise ControlError(f"no answer from supervisor to {cmd!r} within {timeout:g} s") from None
@@ -429,6 +433,20 @@ def request(state_dir: Path, cmd: str, *, timeout: float = 5.0, **fields: Any) -
         return decode_response(line)
     finally:
         sock.close()
+
+
+def _connect(sock: socket.socket, path: Path, deadline: float) -> None:
+    """Connect, waiting (until the deadline) while the listen backlog is full: Linux answers EAGAIN
+    at once on a full AF_UNIX backlog instead of blocking, which means busy, not gone."""
+    with _short_address(path) as address:
+        while True:
+            try:
+                sock.connect(address)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError from None
+                time.sleep(0.01)
 
 
 def _recv_line(sock: socket.socket, deadline: float) -> bytes | None:

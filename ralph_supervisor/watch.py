@@ -1,0 +1,642 @@
+"""`ralph-supervise watch`: a live terminal view of one supervised loop.
+
+It only reads: the state folder's files (tails of the jsonl files, followed incrementally so a
+refresh reads just the new bytes) and, when a supervisor runs, one `status` request per refresh on
+the control socket. Nobody watching costs the supervisor nothing; somebody watching costs it one
+small request a second. Every file may be missing, empty, half-written or garbage: the view shows
+what it can and says what it could not read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ralph_supervisor import control
+
+log = structlog.get_logger(__name__)
+
+TIMELINE_ROWS = 15
+TRANSITION_ROWS = 8
+PROCESS_ROWS = 12
+TAIL_BYTES = 1024 * 1024
+"""Most bytes read from the end of a jsonl file when (re)loading it, or appended between refreshes."""
+STATUS_TIMEOUT = 1.0
+
+STATE_STYLE = {"CLOSED": "bold green", "HALF_OPEN": "bold yellow", "OPEN": "bold red"}
+OUTCOME_STYLE = {"success": "green", "noop": "yellow", "failure": "red"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+
+
+@dataclass(frozen=True)
+class IterationRow:
+    iteration: int | None
+    finished_at: str
+    files_changed: int
+    commits: int
+    output_bytes: int
+    errors: int
+    tokens: int
+    outcome: str
+
+
+@dataclass(frozen=True)
+class TransitionRow:
+    ts: str
+    iteration: int | None
+    from_state: str
+    to_state: str
+    trigger: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    pid: int | None
+    name: str
+    status: str
+    cpu_percent: float
+
+
+@dataclass(frozen=True)
+class CurrentIteration:
+    iteration: int | None
+    age_s: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one frame shows, read at one moment."""
+
+    workspace: str
+    state_dir: str
+    breaker: Mapping[str, Any]
+    """status --json shaped: from the live supervisor when it answered, else from state.json."""
+    live: bool
+    current: CurrentIteration | None
+    iterations: tuple[IterationRow, ...]
+    transitions: tuple[TransitionRow, ...]
+    processes: tuple[ProcessRow, ...]
+    notes: tuple[str, ...] = ()
+    state_dir_exists: bool = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure: from raw records to rows
+
+
+def as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value == value and abs(value) < 1e18:
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(float(value))
+        except ValueError:
+            return 0
+    if isinstance(value, (list, tuple, dict)):
+        return len(value)  # `errors` may be the error lines themselves
+    return 0
+
+
+def as_opt_int(value: Any) -> int | None:
+    return None if value is None or isinstance(value, (list, dict)) else as_int(value)
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return result if result == result and abs(result) != float("inf") else None
+
+
+def as_text(value: Any, limit: int = 200) -> str:
+    if value is None:
+        return ""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_json_lines(lines: Iterable[bytes]) -> tuple[list[dict[str, Any]], int]:
+    """JSON objects of the lines, and how many non-blank lines were not one."""
+    records: list[dict[str, Any]] = []
+    bad = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            bad += 1
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+        else:
+            bad += 1
+    return records, bad
+
+
+def is_iteration_finished(record: Mapping[str, Any]) -> bool:
+    return record.get("event") == "iteration_finished"
+
+
+def iteration_row(record: Mapping[str, Any]) -> IterationRow:
+    return IterationRow(
+        iteration=as_opt_int(record.get("iteration")),
+        finished_at=as_text(record.get("ts") or record.get("timestamp"), 40),
+        files_changed=as_int(record.get("files_changed")),
+        commits=as_int(record.get("commits")),
+        output_bytes=as_int(record.get("output_bytes")),
+        errors=as_int(record.get("errors")),
+        tokens=as_int(record.get("tokens")),
+        outcome=as_text(record.get("outcome"), 20) or "?",
+    )
+
+
+def timeline(records: Iterable[Mapping[str, Any]], limit: int = TIMELINE_ROWS) -> tuple[IterationRow, ...]:
+    """The last `limit` finished iterations, oldest first; a repeated number keeps its latest record."""
+    rows: dict[Any, IterationRow] = {}
+    for index, record in enumerate(records):
+        if not is_iteration_finished(record):
+            continue
+        row = iteration_row(record)
+        key = row.iteration if row.iteration is not None else ("anon", index)
+        rows.pop(key, None)
+        rows[key] = row
+    return tuple(rows.values())[-limit:]
+
+
+def transitions(records: Iterable[Mapping[str, Any]], limit: int = TRANSITION_ROWS) -> tuple[TransitionRow, ...]:
+    rows = [
+        TransitionRow(
+            ts=as_text(r.get("ts") or r.get("timestamp"), 40),
+            iteration=as_opt_int(r.get("iteration")),
+            from_state=as_text(r.get("from"), 20) or "?",
+            to_state=as_text(r.get("to"), 20) or "?",
+            trigger=as_text(r.get("trigger"), 40),
+            reason=as_text(r.get("reason"), 300),
+        )
+        for r in records
+        if "to" in r or "from" in r
+    ]
+    return tuple(rows[-limit:])
+
+
+def processes(status: Mapping[str, Any] | None) -> tuple[ProcessRow, ...]:
+    """The tree's processes, busiest first."""
+    tree = status.get("tree") if status else None
+    if not isinstance(tree, list):
+        return ()
+    rows = [
+        ProcessRow(
+            pid=as_opt_int(p.get("pid")),
+            name=as_text(p.get("name"), 40) or "?",
+            status=as_text(p.get("status"), 20),
+            cpu_percent=as_float(p.get("cpu_percent")) or 0.0,
+        )
+        for p in tree
+        if isinstance(p, dict)
+    ]
+    return tuple(sorted(rows, key=lambda r: -r.cpu_percent))
+
+
+def current_iteration(status: Mapping[str, Any] | None, now: float) -> CurrentIteration | None:
+    """The running iteration and its age: `age_s` when the supervisor gave it, else from `started_at`."""
+    current = status.get("current") if status else None
+    if not isinstance(current, dict):
+        return None
+    age = as_float(current.get("age_s"))
+    if age is None:
+        started = parse_time(current.get("started_at"))
+        age = max(0.0, now - started) if started is not None else None
+    return CurrentIteration(iteration=as_opt_int(current.get("iteration")), age_s=age)
+
+
+def breaker_view(state: Mapping[str, Any] | None, status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """status --json shape: the live answer wins, state.json fills in (also nested `counters`)."""
+    view: dict[str, Any] = {}
+    if isinstance(state, Mapping):
+        counters = state.get("counters")
+        if isinstance(counters, Mapping):
+            view.update(counters)
+        view.update(state)
+    if isinstance(status, Mapping):
+        view.update(status)
+    return view
+
+
+def parse_time(value: Any) -> float | None:
+    """Epoch seconds from an epoch number or an ISO-8601 string (`Z` or offset; naive means UTC)."""
+    number = as_float(value) if not isinstance(value, str) else None
+    if number is not None:
+        return number
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return moment.timestamp()
+
+
+def clock(value: Any) -> str:
+    """HH:MM:SS in local time, or the raw text when it is not a time."""
+    moment = parse_time(value)
+    if moment is None:
+        return as_text(value, 20)
+    try:
+        return dt.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return as_text(value, 20)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
+    if view.get("state") != "OPEN":
+        return None
+    opened = parse_time(view.get("opened_at"))
+    cooldown = as_float(view.get("cooldown_s"))
+    if opened is None or cooldown is None:
+        return None
+    return max(0.0, opened + cooldown - now)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure: rendering
+
+
+def render(snap: Snapshot, now: float) -> RenderableType:
+    return Group(
+        _header(snap, now),
+        _timeline_table(snap.iterations),
+        _transitions_table(snap.transitions),
+        _process_table(snap.processes, snap.live),
+        _footer(snap, now),
+    )
+
+
+def _header(snap: Snapshot, now: float) -> Panel:
+    view = snap.breaker
+    state = as_text(view.get("state"), 20) or "CLOSED"
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column()
+
+    breaker = Text(state, style=STATE_STYLE.get(state, "bold magenta"))
+    trigger = as_text(view.get("trigger"), 40)
+    if trigger and trigger != "none":
+        breaker.append(f"  trigger {trigger}", style="bold")
+    breaker.append(f"  opens {as_int(view.get('total_opens'))}", style="dim")
+    left = cooldown_left(view, now)
+    if left is not None:
+        breaker.append(f"  half-open in {duration(left)}", style="yellow")
+    grid.add_row("breaker", breaker)
+    reason = as_text(view.get("reason"), 300)
+    if reason:
+        grid.add_row("reason", Text(reason))
+
+    line = Text(f"{as_int(view.get('iteration'))}")
+    if snap.current is not None:
+        number = snap.current.iteration if snap.current.iteration is not None else "?"
+        line.append(f"   running #{number} for {duration(snap.current.age_s)}", style="cyan")
+    elif snap.live:
+        line.append("   between iterations", style="dim")
+    grid.add_row("iteration", line)
+
+    counters = Text(
+        f"no-progress {as_int(view.get('consecutive_no_progress'))}   "
+        f"same-error {as_int(view.get('consecutive_same_error'))}   "
+        f"failures {as_int(view.get('consecutive_failures'))}   "
+        f"tokens {as_int(view.get('tokens_used')):,}"
+    )
+    grid.add_row("counters", counters)
+    grid.add_row("supervisor", _supervisor_line(view, snap.live))
+    child = view.get("child")
+    if isinstance(child, Mapping):
+        text = Text(f"pid {as_opt_int(child.get('pid'))}  ")
+        text.append("running" if child.get("running") else "not running", style="green" if child.get("running") else "red")
+        if child.get("paused"):
+            text.append("  PAUSED", style="bold yellow")
+        text.append(f"  {as_int(child.get('processes'))} processes", style="dim")
+        grid.add_row("child", text)
+    title = f"ralph-supervise · {snap.workspace}"
+    return Panel(grid, title=title, title_align="left", border_style=STATE_STYLE.get(state, "magenta").split()[-1])
+
+
+def _supervisor_line(view: Mapping[str, Any], live: bool) -> Text:
+    sup = view.get("supervisor")
+    pid = as_opt_int(sup.get("pid")) if isinstance(sup, Mapping) else None
+    if live:
+        return Text(f"pid {pid}  running", style="green")
+    return Text("not running (breaker from state.json)", style="dim")
+
+
+def _timeline_table(rows: tuple[IterationRow, ...]) -> Table:
+    table = Table(title=f"last {len(rows)} iterations" if rows else "iterations", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False)
+    for name, justify in (("#", "right"), ("finished", "left"), ("outcome", "left"), ("files", "right"),
+                          ("commits", "right"), ("errors", "right"), ("tokens", "right"), ("output", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    if not rows:
+        table.add_row("", Text("no finished iteration yet", style="dim"), "", "", "", "", "", "")
+    for row in rows:
+        table.add_row(
+            str(row.iteration) if row.iteration is not None else "?",
+            clock(row.finished_at),
+            Text(row.outcome, style=OUTCOME_STYLE.get(row.outcome, "dim")),
+            Text(str(row.files_changed), style="green" if row.files_changed else "dim"),
+            Text(str(row.commits), style="green" if row.commits else "dim"),
+            Text(str(row.errors), style="red" if row.errors else "dim"),
+            f"{row.tokens:,}",
+            human_bytes(row.output_bytes),
+        )
+    return table
+
+
+def _transitions_table(rows: tuple[TransitionRow, ...]) -> Table:
+    table = Table(title="breaker transitions", title_justify="left", expand=True, box=box.SIMPLE_HEAD,
+                  show_edge=False)
+    table.add_column("time", no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("change", no_wrap=True)
+    table.add_column("trigger", no_wrap=True)
+    table.add_column("reason", ratio=1, overflow="fold")
+    if not rows:
+        table.add_row(Text("none yet", style="dim"), "", "", "", "")
+    for row in reversed(rows):  # newest first: the one that matters is on top
+        change = Text(row.from_state, style=STATE_STYLE.get(row.from_state, ""))
+        change.append(" → ")
+        change.append(row.to_state, style=STATE_STYLE.get(row.to_state, ""))
+        table.add_row(clock(row.ts), "" if row.iteration is None else str(row.iteration), change, row.trigger, row.reason)
+    return table
+
+
+def _process_table(rows: tuple[ProcessRow, ...], live: bool) -> Table:
+    total = sum(r.cpu_percent for r in rows)
+    title = f"tree: {len(rows)} processes, {total:.0f}% CPU" if rows else "tree"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("pid", justify="right", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("cpu %", justify="right", no_wrap=True)
+    if not rows:
+        table.add_row("", Text("no process list" if live else "no supervisor running", style="dim"), "", "")
+    for row in rows[:PROCESS_ROWS]:
+        style = "yellow" if row.status == "stopped" else ("bold" if row.cpu_percent >= 50 else "")
+        table.add_row(str(row.pid) if row.pid is not None else "?", row.name, row.status, f"{row.cpu_percent:.1f}",
+                      style=style)
+    if len(rows) > PROCESS_ROWS:
+        table.add_row("", Text(f"… and {len(rows) - PROCESS_ROWS} more", style="dim"), "", "")
+    return table
+
+
+def _footer(snap: Snapshot, now: float) -> Text:
+    text = Text(f"updated {clock(now)}   state folder {snap.state_dir}", style="dim")
+    if not snap.state_dir_exists:
+        text.append("\nthe state folder does not exist yet: waiting for a supervisor", style="yellow")
+    for note in snap.notes:
+        text.append(f"\n! {note}", style="yellow")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Shell: reading files and the socket
+
+
+def tail_lines(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[list[bytes], int]:
+    """Complete lines in the last `max_bytes` of the file, and the offset just after the last newline.
+
+    Seeks from the end, so a huge file costs what its tail costs. A first line cut by the window is
+    dropped; a last line without its newline (being written) is left for the next read.
+    """
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        start = max(0, size - max_bytes)
+        fh.seek(start)
+        data = fh.read(size - start)
+    return _complete_lines(data, start, cut_first=start > 0)
+
+
+def _complete_lines(data: bytes, start: int, *, cut_first: bool) -> tuple[list[bytes], int]:
+    last_newline = data.rfind(b"\n")
+    if last_newline < 0:
+        return [], start
+    body = data[: last_newline + 1]
+    lines = body.split(b"\n")[:-1]
+    if cut_first and lines:
+        lines = lines[1:]
+    return lines, start + last_newline + 1
+
+
+class JsonlFollower:
+    """Follows a jsonl file like `tail -f`: reads only what was appended since the last poll.
+
+    Keeps the last `keep_last` records that `wanted` accepts. On rotation (new inode, or the file
+    shrank) it reloads from the end, backfilling from `NAME.1` when the new file has too few.
+    """
+
+    def __init__(self, path: Path, wanted: Callable[[Mapping[str, Any]], bool], keep_last: int,
+                 max_bytes: int = TAIL_BYTES) -> None:
+        self.path = path
+        self._wanted = wanted
+        self._max_bytes = max_bytes
+        self.records: deque[dict[str, Any]] = deque(maxlen=keep_last)
+        self.corrupt_lines = 0
+        self.error: str | None = None
+        self._identity: tuple[int, int] | None = None
+        self._offset = 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) != self._identity or st.st_size < self._offset:
+                self._reload((st.st_dev, st.st_ino))
+            elif st.st_size > self._offset:
+                self._read_appended(st.st_size)
+            self.error = None
+        except FileNotFoundError:
+            self._identity, self._offset = None, 0
+            self.records.clear()
+            self.error = None
+        except OSError as exc:
+            self.error = f"cannot read {self.path.name}: {exc.strerror or exc}"
+        return list(self.records)
+
+    def _reload(self, identity: tuple[int, int]) -> None:
+        self.records.clear()
+        self.corrupt_lines = 0
+        lines, offset = tail_lines(self.path, self._max_bytes)
+        records = self._take(lines)
+        if len(records) < (self.records.maxlen or 0):
+            rotated = self.path.with_name(self.path.name + ".1")
+            try:
+                older, _ = tail_lines(rotated, self._max_bytes)
+                records = self._take(older) + records
+            except OSError:
+                pass
+        self.records.extend(records)
+        self._identity, self._offset = identity, offset
+
+    def _read_appended(self, size: int) -> None:
+        start = self._offset
+        cut = False
+        if size - start > self._max_bytes:  # fell far behind: skip to the recent part
+            start, cut = size - self._max_bytes, True
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(size - start)
+        lines, offset = _complete_lines(data, start, cut_first=cut)
+        self.records.extend(self._take(lines))
+        self._offset = offset
+
+    def _take(self, lines: list[bytes]) -> list[dict[str, Any]]:
+        records, bad = parse_json_lines(lines)
+        self.corrupt_lines += bad
+        return [r for r in records if self._wanted(r)]
+
+
+def read_state(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """state.json as a dict, or None and a note saying why not (missing is not worth a note)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(1024 * 1024)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read {path.name}: {exc.strerror or exc}"
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, f"{path.name} is not valid JSON (ignored)"
+    if not isinstance(value, dict):
+        return None, f"{path.name} is not a JSON object (ignored)"
+    return value, None
+
+
+def ask_status(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return control.request(state_dir, "status", timeout=STATUS_TIMEOUT), None
+    except control.NoSupervisor:
+        return None, None
+    except control.ControlError as exc:
+        return None, f"control socket: {exc}"
+    except OSError as exc:  # never let the view die on a socket oddity
+        return None, f"control socket: {exc}"
+
+
+@dataclass
+class Watcher:
+    """Reads one state folder, frame after frame, as cheaply as it can."""
+
+    workspace: Path
+    state_dir: Path
+    _events: JsonlFollower = field(init=False)
+    _history: JsonlFollower = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished, TIMELINE_ROWS * 4)
+        self._history = JsonlFollower(self.state_dir / "history.jsonl", lambda r: True, TRANSITION_ROWS)
+
+    def snapshot(self, now: float) -> Snapshot:
+        notes: list[str] = []
+        exists = self.state_dir.is_dir()
+        state, note = read_state(self.state_dir / "state.json")
+        if note:
+            notes.append(note)
+        status, note = ask_status(self.state_dir) if exists else (None, None)
+        if note:
+            notes.append(note)
+        events = self._events.poll()
+        history = self._history.poll()
+        for follower in (self._events, self._history):
+            if follower.error:
+                notes.append(follower.error)
+            if follower.corrupt_lines:
+                notes.append(f"{follower.corrupt_lines} unreadable line(s) in {follower.path.name} skipped")
+        return Snapshot(
+            workspace=str(self.workspace),
+            state_dir=str(self.state_dir),
+            breaker=breaker_view(state, status),
+            live=status is not None,
+            current=current_iteration(status, now),
+            iterations=timeline(events),
+            transitions=transitions(history),
+            processes=processes(status),
+            notes=tuple(notes),
+            state_dir_exists=exists,
+        )
+
+
+def _console() -> Console:
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return Console()
+    return Console(width=120)  # a pipe or a test: wide enough that nothing is cut
+
+
+def main(workspace: Path, state_dir: Path, *, once: bool = False, interval: float = 1.0) -> int:
+    """Show the dashboard until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail."""
+    watcher = Watcher(Path(workspace), Path(state_dir))
+    console = _console()
+    if once:
+        now = time.time()
+        console.print(render(watcher.snapshot(now), now))
+        return 0
+    interval = max(0.1, interval)
+    try:
+        now = time.time()
+        with Live(render(watcher.snapshot(now), now), console=console, screen=console.is_terminal,
+                  auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                now = time.time()
+                live.update(render(watcher.snapshot(now), now), refresh=True)
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,374 @@
+"""The live view: real state folders on disk, a real control server, the real rendering."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ralph_supervisor import watch
+from ralph_supervisor.control import ControlServer
+
+NOW = time.time()
+
+
+def iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch * 1000) % 1000:03d}Z"
+
+
+def write_jsonl(path: Path, records: list[Any], *, mode: str = "w") -> None:
+    with open(path, mode) as fh:
+        for record in records:
+            fh.write((record if isinstance(record, str) else json.dumps(record)) + "\n")
+
+
+def finished(i: int, **extra: Any) -> dict[str, Any]:
+    record = {
+        "event": "iteration_finished", "level": "info", "timestamp": iso(NOW - 600 + i * 20), "iteration": i,
+        "files_changed": 10 + i, "commits": 1 if i % 5 == 0 else 0, "output_bytes": 2048 * i,
+        "errors": 100 + i, "tokens": 1000 + i, "outcome": "success" if i % 2 else "failure",
+    }
+    record.update(extra)
+    return record
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """A state folder as a supervisor leaves it after 20 iterations and one open."""
+    folder = tmp_path / ".ralph-supervise"
+    folder.mkdir()
+    (folder / ".gitignore").write_text("*\n")
+    (folder / "state.json").write_text(json.dumps({
+        "state": "OPEN", "reason": "3 iterations in a row without progress", "trigger": "no-progress",
+        "iteration": 20, "consecutive_no_progress": 3, "consecutive_same_error": 2, "consecutive_failures": 1,
+        "opened_at": iso(NOW - 60), "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
+    }))
+    write_jsonl(folder / "history.jsonl", [
+        {"ts": iso(NOW - 900), "iteration": 4, "from": "CLOSED", "to": "OPEN", "trigger": "same-error",
+         "reason": "the same error in 5 iterations"},
+        {"ts": iso(NOW - 800), "iteration": 5, "from": "OPEN", "to": "HALF_OPEN", "trigger": "none", "reason": "cooldown over"},
+        {"ts": iso(NOW - 700), "iteration": 6, "from": "HALF_OPEN", "to": "CLOSED", "trigger": "none",
+         "reason": "trial iteration made progress"},
+        {"ts": iso(NOW - 60), "iteration": 20, "from": "CLOSED", "to": "OPEN", "trigger": "no-progress",
+         "reason": "3 iterations in a row without progress"},
+    ])
+    events: list[Any] = [{"event": "supervisor_started", "timestamp": iso(NOW - 700), "pid": 4242}]
+    for i in range(1, 21):
+        events.append({"event": "iteration_started", "timestamp": iso(NOW - 610 + i * 20), "iteration": i})
+        events.append({"event": "output_sampled", "bytes": 100})
+        events.append(finished(i))
+    events.append({"event": "breaker_transition", "from": "CLOSED", "to": "OPEN", "iteration": 20})
+    write_jsonl(folder / "events.jsonl", events)
+    return folder
+
+
+def frame(workspace: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert watch.main(workspace, state_dir, once=True) == 0
+    return capsys.readouterr().out
+
+
+def iteration_numbers(out: str) -> list[int]:
+    """The iteration numbers of the timeline rows (rows carry the fixture's unique `files` 10+i)."""
+    numbers = []
+    for line in out.splitlines():
+        cells = line.split()
+        if len(cells) >= 4 and cells[0].isdigit() and cells[3].isdigit() and int(cells[3]) == int(cells[0]) + 10:
+            numbers.append(int(cells[0]))
+    return numbers
+
+
+def test_one_frame_shows_breaker_timeline_and_transitions_from_the_files(
+    tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = frame(tmp_path, state_dir, capsys)
+    assert "OPEN" in out and "trigger no-progress" in out and "opens 1" in out
+    assert "3 iterations in a row without progress" in out
+    assert "half-open in 28m" in out or "half-open in 29m" in out  # 30 min cooldown, opened a minute ago
+    assert "no-progress 3" in out and "same-error 2" in out and "failures 1" in out and "987,654" in out
+    assert "not running" in out and "no supervisor running" in out
+    assert iteration_numbers(out) == list(range(6, 21))  # the last 15, oldest first
+    row20 = next(line for line in out.splitlines() if line.split()[:1] == ["20"])
+    assert "failure" in row20 and "120" in row20 and "1,020" in row20 and "40.0 KiB" in row20
+    assert "CLOSED → OPEN" in out and "HALF_OPEN → CLOSED" in out and "same-error" in out
+    assert out.index("trial iteration made progress") > out.index("3 iterations in a row without progress") > 0
+    assert "!" not in out  # nothing unreadable
+
+
+def test_a_missing_state_folder_is_shown_as_waiting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = frame(tmp_path, tmp_path / ".ralph-supervise", capsys)
+    assert "CLOSED" in out and "does not exist yet" in out
+    assert "no finished iteration yet" in out and "none yet" in out
+
+
+def test_garbage_files_never_break_the_view(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    (folder / "state.json").write_text('{"state": "HALF_OPEN", "iteration": ')  # cut mid-write
+    (folder / "history.jsonl").write_bytes(b"\x00\xff\xfe garbage\n[1,2]\n\"text\"\n" + b"{" * 50000 + b"\n"
+                                           + json.dumps({"from": ["x"], "to": {"y": 1}, "iteration": "seven",
+                                                         "ts": 12}).encode() + b"\n")
+    write_jsonl(folder / "events.jsonl", [
+        "not json", "[]", "null",
+        {"event": "iteration_finished", "iteration": "abc", "files_changed": None, "errors": ["E1", "E2"],
+         "tokens": "12", "output_bytes": -5, "outcome": None, "timestamp": "yesterday"},
+        {"event": "iteration_finished", "iteration": 3, "files_changed": 1e300, "errors": {"a": 1},
+         "tokens": float("nan"), "outcome": 42},
+        {"event": "iteration_finished"},
+        {"event": ["iteration_finished"]},
+    ])
+    with open(folder / "events.jsonl", "ab") as fh:
+        fh.write(b'{"event": "iteration_finished", "iteration": 99')  # being written: not a line yet
+    out = frame(tmp_path, folder, capsys)
+    assert "state.json is not valid JSON" in out
+    assert "unreadable line(s) in events.jsonl" in out and "unreadable line(s) in history.jsonl" in out
+    assert "yesterday" in out  # a time that is not a time is shown as it is
+    assert " 99 " not in out
+
+
+def test_a_state_file_that_is_a_folder_is_a_note_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "state"
+    (folder / "state.json").mkdir(parents=True)
+    (folder / "events.jsonl").mkdir()
+    out = frame(tmp_path, folder, capsys)
+    assert "cannot read state.json" in out and "cannot read events.jsonl" in out
+
+
+def live_status(pid: int) -> dict[str, Any]:
+    return {
+        "state": "HALF_OPEN", "trigger": "no-progress", "reason": "trial after cooldown", "iteration": 21,
+        "consecutive_no_progress": 0, "consecutive_same_error": 0, "consecutive_failures": 0, "total_opens": 1,
+        "tokens_used": 5, "supervisor": {"pid": pid, "running": True},
+        "child": {"pid": pid + 1, "running": True, "paused": True, "processes": 3},
+        "current": {"iteration": 21, "started_at": iso(NOW - 65), "age_s": 65.4},
+        "tree": [
+            {"pid": pid + 1, "name": "bash", "status": "stopped", "cpu_percent": 0.0},
+            {"pid": pid + 2, "name": "claude", "status": "running", "cpu_percent": 87.5},
+            {"pid": pid + 3, "name": "node", "status": "sleeping", "cpu_percent": 3.25},
+            {"pid": "junk", "name": None, "cpu_percent": "lots"},
+            "not a process",
+        ],
+    }
+
+
+def test_a_running_supervisor_is_asked_for_status_and_wins_over_the_file(
+    tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def handler(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request)
+        return live_status(os.getpid())
+
+    async def scenario() -> str:
+        server = ControlServer(state_dir / "control.sock", handler)
+        await server.start()
+        try:
+            code = await asyncio.to_thread(watch.main, tmp_path, state_dir, once=True)
+        finally:
+            await server.close()
+        assert code == 0
+        return capsys.readouterr().out
+
+    out = asyncio.run(scenario())
+    assert asked == [{"cmd": "status"}]
+    assert "HALF_OPEN" in out and "trial after cooldown" in out
+    assert "running #21 for 1m05s" in out
+    assert f"pid {os.getpid()}  running" in out and "PAUSED" in out and "3 processes" in out
+    assert "tree: 4 processes, 91% CPU" in out
+    lines = out.splitlines()
+    claude = next(i for i, line in enumerate(lines) if " claude " in line)
+    bash = next(i for i, line in enumerate(lines) if " bash " in line and "stopped" in line)
+    assert claude < bash and "87.5" in lines[claude]  # busiest first
+    assert iteration_numbers(out) == list(range(6, 21))  # the timeline still comes from events.jsonl
+
+
+def test_each_refresh_costs_the_supervisor_exactly_one_status_request(tmp_path: Path, state_dir: Path) -> None:
+    calls = 0
+
+    async def handler(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        return live_status(os.getpid())
+
+    async def scenario() -> None:
+        server = ControlServer(state_dir / "control.sock", handler)
+        await server.start()
+        try:
+            watcher = watch.Watcher(tmp_path, state_dir)
+            for _ in range(3):
+                snap = await asyncio.to_thread(watcher.snapshot, time.time())
+                assert snap.live and snap.breaker["state"] == "HALF_OPEN"
+        finally:
+            await server.close()
+
+    asyncio.run(scenario())
+    assert calls == 3
+
+
+def test_the_follower_reads_only_appended_lines_and_waits_for_unfinished_ones(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    write_jsonl(path, [finished(1), {"event": "noise"}])
+    follower = watch.JsonlFollower(path, watch.is_iteration_finished, 10)
+    assert [r["iteration"] for r in follower.poll()] == [1]
+    with open(path, "a") as fh:
+        fh.write(json.dumps(finished(2)) + "\n" + json.dumps(finished(3))[:25])
+    assert [r["iteration"] for r in follower.poll()] == [1, 2]
+    with open(path, "a") as fh:
+        fh.write(json.dumps(finished(3))[25:] + "\n")
+    assert [r["iteration"] for r in follower.poll()] == [1, 2, 3]
+    assert follower.corrupt_lines == 0
+
+
+def test_the_follower_survives_rotation_and_backfills_from_the_rotated_file(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    write_jsonl(path, [finished(i) for i in range(1, 6)])
+    follower = watch.JsonlFollower(path, watch.is_iteration_finished, 4)
+    assert [r["iteration"] for r in follower.poll()] == [2, 3, 4, 5]
+    path.rename(tmp_path / "events.jsonl.1")
+    write_jsonl(path, [finished(6)])
+    assert [r["iteration"] for r in follower.poll()] == [3, 4, 5, 6]
+    path.unlink()
+    assert follower.poll() == []
+    write_jsonl(path, [finished(7)])
+    assert [r["iteration"] for r in follower.poll()] == [4, 5, 6, 7] or [r["iteration"] for r in follower.poll()][-1] == 7
+
+
+def test_a_huge_events_file_is_read_from_its_end_only(tmp_path: Path) -> None:
+    """A 4 GiB file (sparse: a hole, then real lines): reading it whole would never fit this test."""
+    path = tmp_path / "events.jsonl"
+    with open(path, "wb") as fh:
+        fh.truncate(4 * 1024**3)
+        fh.seek(0, os.SEEK_END)
+        fh.write(b"\n")  # the hole is one long line of zeros
+        for i in range(1, 31):
+            fh.write(json.dumps(finished(i)).encode() + b"\n")
+    if os.stat(path).st_blocks * 512 > 1024**3:
+        pytest.skip("this filesystem does not keep sparse files")
+    follower = watch.JsonlFollower(path, watch.is_iteration_finished, 60)
+    assert [r["iteration"] for r in follower.poll()] == list(range(1, 31))
+    assert follower.corrupt_lines == 0  # the cut first line (zeros from the hole) is dropped, not parsed
+    with open(path, "ab") as fh:
+        fh.write(json.dumps(finished(31)).encode() + b"\n")
+    assert follower.poll()[-1]["iteration"] == 31
+
+
+def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp_path: Path, state_dir: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from ralph_supervisor import watch; "
+        f"sys.exit(watch.main(Path({str(tmp_path)!r}), Path({str(state_dir)!r}), interval=0.1))"
+    )
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            close_fds=True)
+    os.close(slave)
+    output = bytearray()
+
+    def read_for(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    output.extend(os.read(master, 65536))
+                except OSError:
+                    return
+
+    try:
+        read_for(1.5)
+        assert b"breaker" in output
+        write_jsonl(state_dir / "events.jsonl", [finished(21, files_changed=4321)], mode="a")
+        read_for(1.0)
+        proc.send_signal(signal.SIGINT)
+        code_ = proc.wait(timeout=10)
+        read_for(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code_ == 0, output.decode(errors="replace")[-2000:]
+    assert b"4321" in output  # the appended iteration showed up in a later frame
+
+
+# --- pure parts ------------------------------------------------------------------------------------
+
+
+def test_timeline_keeps_the_latest_record_of_a_repeated_iteration() -> None:
+    rows = watch.timeline([finished(1, outcome="noop"), finished(2), finished(1, outcome="success")])
+    assert [(r.iteration, r.outcome) for r in rows] == [(2, "failure"), (1, "success")]
+
+
+def test_breaker_view_prefers_the_live_status_and_reads_nested_counters() -> None:
+    state = {"state": "OPEN", "iteration": 4, "counters": {"consecutive_failures": 2}}
+    assert watch.breaker_view(state, None)["consecutive_failures"] == 2
+    view = watch.breaker_view(state, {"state": "CLOSED", "iteration": 5})
+    assert (view["state"], view["iteration"], view["consecutive_failures"]) == ("CLOSED", 5, 2)
+    assert watch.breaker_view(None, None) == {}
+
+
+def test_times_and_durations_read_as_people_expect() -> None:
+    assert watch.parse_time("2026-11-30T22:24:00.123Z") == pytest.approx(1796077440.123)
+    assert watch.parse_time("2026-11-30T22:24:00") == pytest.approx(1796077440.0)
+    assert watch.parse_time(1796077440) == 1796077440.0
+    assert watch.parse_time("soon") is None and watch.parse_time(None) is None and watch.parse_time([1]) is None
+    assert [watch.duration(s) for s in (0, 59.9, 65, 3600 * 2 + 180, 86400 * 3 + 7200)] == [
+        "0s", "59s", "1m05s", "2h03m", "3d02h"]
+    assert watch.duration(None) == "?"
+    assert watch.human_bytes(512) == "512 B" and watch.human_bytes(2048) == "2.0 KiB"
+
+
+def test_current_iteration_age_comes_from_started_at_when_age_is_missing() -> None:
+    current = watch.current_iteration({"current": {"iteration": 3, "started_at": iso(NOW - 90)}}, NOW)
+    assert current is not None and current.iteration == 3 and current.age_s == pytest.approx(90, abs=1)
+    assert watch.current_iteration({"current": "x"}, NOW) is None
+    assert watch.current_iteration(None, NOW) is None
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=10,
+)
+records = st.dictionaries(
+    st.sampled_from(["event", "iteration", "files_changed", "commits", "output_bytes", "errors", "tokens",
+                     "outcome", "timestamp", "ts", "from", "to", "trigger", "reason", "state", "opened_at",
+                     "cooldown_s", "current", "tree", "child", "supervisor", "counters"]),
+    json_values,
+) | st.fixed_dictionaries({"event": st.just("iteration_finished")}, optional={
+    "iteration": json_values, "errors": json_values, "tokens": json_values, "outcome": json_values})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(records, max_size=6), records, records)
+def test_any_records_render_without_raising(events: list[dict[str, Any]], state: dict[str, Any],
+                                            status: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    snap = watch.Snapshot(
+        workspace="/w", state_dir="/w/.ralph-supervise", breaker=watch.breaker_view(state, status), live=True,
+        current=watch.current_iteration(status, NOW), iterations=watch.timeline(events),
+        transitions=watch.transitions(events), processes=watch.processes(status),
+    )
+    console = Console(width=100, file=open(os.devnull, "w"))
+    try:
+        console.print(watch.render(snap, NOW))
+    finally:
+        console.file.close()
