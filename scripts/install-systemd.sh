@@ -96,5 +96,7 @@ The command it runs (default: ralph) and extra flags go in
 e.g.
   RALPH_SUPERVISE_COMMAND=./ralph_loop.sh
   RALPH_SUPERVISE_ARGS=--on-open pause
+  PATH=$PATH
+(systemd does not read your shell profile: the PATH line lets the service find ralph and claude.)
 For another folder: systemctl --user enable --now "ralph-supervise@\$(systemd-escape --path /path/to/project).service"
 EOF
