@@ -506,7 +506,7 @@ class Breaker:
         cap = self._cap_fired(report, daily_tokens_today)
         if is_neutral(report):
             if cap is not None:
-                return self._open(*cap, now)
+                return self._reopen(*cap, now) if s.state is State.HALF_OPEN else self._open(*cap, now)
             if s.state is State.HALF_OPEN and s.trial_iteration == report.number:
                 # Not a trial after all: the next iteration that starts is.
                 self._s = replace(s, trial_iteration=None, trial_started_at=None)
@@ -521,9 +521,9 @@ class Breaker:
 
         if s.state is State.HALF_OPEN:
             if blocked is not None:
-                return self._open(*blocked, now)
+                return self._reopen(*blocked, now)
             if cap is not None:
-                return self._open(*cap, now)
+                return self._reopen(*cap, now)
             if report.progress:
                 return self._close(report, now)
             return self._failed_trial(report, fired, now)

@@ -1,0 +1,275 @@
+"""Properties of the breaker over random runs: random thresholds, random iterations, random time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ralph_supervisor.breaker import COOLDOWN_CAP, TRIGGERS, Breaker, Decision, State, Thresholds, is_neutral
+from ralph_supervisor.report import IterationReport
+
+ERRORS = ["Error: Failed to compile main.ts", "FAILED tests/test_auth.py::test_login", "Fatal: out of memory"]
+REPLIES = [
+    "Still blocked: the owner attestation gate is unsigned, deploy blocked.",
+    "Owner attestation gate unsigned; deploy blocked.",
+    "Implemented the login form and its tests.",
+    "ok",
+]
+
+thresholds_st = st.builds(
+    Thresholds,
+    no_progress=st.integers(0, 4),
+    same_error=st.integers(0, 4),
+    output_decline=st.sampled_from([0.0, 50.0, 70.0]),
+    max_failures=st.integers(0, 4),
+    stall_s=st.sampled_from([0.0, 50.0]),
+    paraphrase=st.sampled_from([0.0, 0.82]),
+    max_iterations=st.sampled_from([0, 5, 12]),
+    token_budget=st.sampled_from([0, 3000]),
+    daily_token_budget=st.sampled_from([0, 5000]),
+    cooldown_s=st.sampled_from([10.0, 100.0]),
+    max_opens=st.integers(0, 4),
+    trial_timeout_s=st.sampled_from([None, 30.0]),
+)
+
+report_fields_st = st.fixed_dictionaries(
+    {
+        "files_changed": st.sampled_from([0, 0, 1, 3]),
+        "commits": st.sampled_from([0, 0, 0, 1]),
+        "output_bytes": st.integers(0, 2000),
+        "error_signatures": st.frozensets(st.sampled_from(ERRORS), max_size=2),
+        "reply": st.none() | st.sampled_from(REPLIES),
+        "tokens": st.integers(0, 400),
+        "failed": st.sampled_from([False, False, False, True]),
+        "timed_out": st.booleans(),
+        "usage_limited": st.sampled_from([False, False, False, True]),
+        "cut_short": st.sampled_from([False, False, False, True]),
+        "blocked": st.sampled_from([False] * 15 + [True]),
+        "completed": st.sampled_from([False, False, False, True]),
+    }
+)
+
+op_st = st.one_of(
+    st.tuples(st.just("iteration"), report_fields_st),
+    st.tuples(st.just("iteration"), report_fields_st),
+    st.tuples(st.just("iteration"), report_fields_st),
+    st.tuples(st.just("start")),
+    st.tuples(st.just("observe"), report_fields_st),
+    st.tuples(st.just("tick"), st.floats(0.0, 400.0), st.none() | st.floats(0.0, 200.0)),
+    st.tuples(st.just("tick"), st.floats(0.0, 400.0), st.none()),
+    st.tuples(st.just("cooldown")),
+    st.sampled_from([("manual",), ("resume",), ("resume",), ("reset",)]),
+)
+ops_st = st.lists(op_st, max_size=60)
+
+
+@dataclass
+class Driver:
+    """Plays operations against a breaker with a clock that only moves forward."""
+
+    breaker: Breaker
+    now: float = 1_000.0
+    number: int = 0
+    daily: int = 0
+    decisions: list[Decision] = field(default_factory=list)
+
+    def apply(self, op: tuple[Any, ...]) -> tuple[Decision, IterationReport | None]:
+        b = self.breaker
+        self.now += 1.0
+        rep: IterationReport | None = None
+        kind = op[0]
+        if kind == "iteration":  # a whole iteration: it starts, then its report arrives
+            self.number += 1
+            d = b.iteration_started(self.number, self.now - 0.5)
+            if d.action != "none":  # the start itself opened (a cap): judge that decision
+                self.decisions.append(d)
+                return d, None
+            rep = IterationReport(number=self.number, started_at=self.now - 0.5, ended_at=self.now, **op[1])
+            self.daily += rep.tokens
+            d = b.observe(rep, self.now, self.daily)
+        elif kind == "start":
+            self.number += 1
+            d = b.iteration_started(self.number, self.now)
+        elif kind == "observe":
+            if self.number == 0:
+                self.number = 1
+            rep = IterationReport(number=self.number, started_at=self.now - 1, ended_at=self.now, **op[1])
+            self.daily += rep.tokens
+            d = b.observe(rep, self.now, self.daily)
+        elif kind == "tick":
+            self.now += op[1]
+            silent = None if op[2] is None else self.now - op[2]
+            d = b.tick(self.now, silent_since=silent)
+        elif kind == "cooldown":  # wait out the cooldown, if one is running
+            self.now += b.seconds_until_half_open(self.now) or 0.0
+            d = b.tick(self.now)
+        elif kind == "manual":
+            d = b.manual_open("test", self.now)
+        elif kind == "resume":
+            d = b.resume(self.now)
+        else:
+            d = b.reset()
+        self.decisions.append(d)
+        return d, rep
+
+
+def counters(b: Breaker) -> tuple[Any, ...]:
+    s = b.snapshot()
+    return (
+        s.consecutive_no_progress,
+        s.consecutive_same_error,
+        s.consecutive_failures,
+        s.recent_error_sets,
+        s.recent_reply_words,
+        s.recent_output_bytes,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(thresholds=thresholds_st, ops=ops_st)
+def test_invariants_hold_over_random_runs(thresholds: Thresholds, ops: list[tuple[Any, ...]]) -> None:
+    driver = Driver(Breaker(thresholds))
+    b = driver.breaker
+    base = thresholds.cooldown_s
+    for op in ops:
+        before = b.snapshot()
+        before_counters = counters(b)
+        d, rep = driver.apply(op)
+        after = b.snapshot()
+
+        # No OPEN without a trigger; every open names a known one.
+        if after.state is State.OPEN:
+            assert after.trigger in TRIGGERS
+        if d.action in ("open", "final"):
+            assert d.state is State.OPEN and d.trigger in TRIGGERS and after.trigger == d.trigger
+        if before.state is not State.OPEN and after.state is State.OPEN:
+            assert d.action in ("open", "final")
+
+        # The Nth open is final; final opens say so.
+        if d.action in ("open", "final") and d.trigger != "manual":
+            assert after.total_opens == before.total_opens + 1
+            if thresholds.max_opens > 0 and after.total_opens >= thresholds.max_opens:
+                assert d.final and d.action == "final"
+        if d.action in ("open", "final"):
+            assert d.final == (d.action == "final")
+
+        # Cooldown stays within [base, 8 x base] and never shrinks after a failed trial.
+        assert base <= after.cooldown_s <= COOLDOWN_CAP * base
+        if before.state is State.HALF_OPEN and after.state is State.OPEN and d.trigger != "manual":
+            assert after.cooldown_s >= before.cooldown_s
+            assert after.cooldown_s == min(2 * before.cooldown_s, COOLDOWN_CAP * base)
+
+        if rep is not None:
+            # Neutral reports (usage limits, our own cut-offs) never change a counter or a window.
+            if is_neutral(rep):
+                assert counters(b) == before_counters
+            # Progress always clears the no-progress counter (when the report is judged at all).
+            judged = before.state is State.CLOSED or (
+                before.state is State.HALF_OPEN and rep.number > before.trial_after
+            )
+            if judged and rep.progress and not is_neutral(rep):
+                assert after.consecutive_no_progress == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(thresholds=thresholds_st, prefix=ops_st, suffix=ops_st)
+def test_a_breaker_restored_from_json_behaves_identically(
+    thresholds: Thresholds, prefix: list[tuple[Any, ...]], suffix: list[tuple[Any, ...]]
+) -> None:
+    original = Driver(Breaker(thresholds))
+    for op in prefix:
+        original.apply(op)
+    data = json.loads(json.dumps(original.breaker.to_dict()))
+    restored = Driver(
+        Breaker.from_dict(thresholds, data), now=original.now, number=original.number, daily=original.daily
+    )
+    assert restored.breaker.snapshot() == original.breaker.snapshot()
+    for op in suffix:
+        d1, _ = original.apply(op)
+        d2, _ = restored.apply(op)
+        assert d1 == d2
+    assert restored.breaker.to_dict() == original.breaker.to_dict()
+
+
+@settings(max_examples=100, deadline=None)
+@given(thresholds=thresholds_st)
+def test_usage_limited_reports_alone_never_open_on_evidence(thresholds: Thresholds) -> None:
+    """However many usage-limited calls come in a row, only a cap (budget, iterations) can open."""
+    b = Breaker(thresholds)
+    for n in range(1, 30):
+        b.iteration_started(n, n * 10.0)
+        d = b.observe(
+            IterationReport(number=n, started_at=n * 10.0, ended_at=n * 10.0 + 5, usage_limited=True, failed=True),
+            n * 10.0 + 5,
+        )
+        if d.action != "none":
+            assert d.trigger in ("max-iterations", "token-budget", "daily-budget")
+            break
+    assert b.status()["consecutive_failures"] == 0 and b.status()["consecutive_no_progress"] == 0
+
+
+outcome_st = st.sampled_from(["progress", "no-progress", "failed", "usage-limited", "cut-short", "timeout"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    cooldown=st.floats(1.0, 5000.0),
+    max_opens=st.integers(0, 6),
+    outcomes=st.lists(outcome_st, min_size=1, max_size=25),
+)
+def test_trials_cooldowns_and_the_last_allowed_open(cooldown: float, max_opens: int, outcomes: list[str]) -> None:
+    """Open, then trial after trial: progress closes with the base cooldown, anything judged re-opens with it
+    doubled (never shrinking, never past 8x), neutral trials wait, and the max_opens-th open is final."""
+    t = Thresholds(no_progress=1, same_error=0, output_decline=0, max_failures=0, stall_s=0, paraphrase=0,
+                   cooldown_s=cooldown, max_opens=max_opens, trial_timeout_s=100.0)
+    b = Breaker(t)
+    now, n = 0.0, 1
+    b.iteration_started(n, now)
+    d = b.observe(IterationReport(number=n, started_at=now, ended_at=now + 1), now + 1)
+    assert d.trigger == "no-progress" and d.total_opens == 1
+    for outcome in outcomes:
+        if b.state is State.CLOSED:  # trip again so every outcome is a trial
+            n += 1
+            now += 1
+            b.iteration_started(n, now)
+            d = b.observe(IterationReport(number=n, started_at=now, ended_at=now), now)
+            assert d.action in ("open", "final")
+        if b.final:
+            assert b.tick(now + 10 * cooldown * COOLDOWN_CAP).action == "none"
+            break
+        before = b.snapshot()
+        now += b.seconds_until_half_open(now) or 0.0
+        assert b.tick(now).action == "half_open"
+        n += 1
+        b.iteration_started(n, now)
+        if outcome == "timeout":
+            d = b.tick(now + 101.0)
+        else:
+            rep = IterationReport(
+                number=n, started_at=now, ended_at=now + 1,
+                files_changed=1 if outcome == "progress" else 0,
+                failed=outcome == "failed",
+                usage_limited=outcome == "usage-limited",
+                cut_short=outcome == "cut-short",
+            )
+            d = b.observe(rep, now + 1)
+        now += 1
+        after = b.snapshot()
+        if outcome in ("usage-limited", "cut-short"):
+            assert d.action == "none" and after.state is State.HALF_OPEN
+            b.resume(now)  # no-op in HALF_OPEN: the next iteration is still the trial
+            n += 1
+            b.iteration_started(n, now)
+            d = b.observe(IterationReport(number=n, started_at=now, ended_at=now, files_changed=1), now)
+            assert d.action == "close"
+        elif outcome == "progress":
+            assert d.action == "close" and after.cooldown_s == cooldown and after.consecutive_no_progress == 0
+        else:
+            assert d.action in ("open", "final") and after.total_opens == before.total_opens + 1
+            assert after.cooldown_s >= before.cooldown_s
+            assert after.cooldown_s == min(2 * before.cooldown_s, COOLDOWN_CAP * cooldown)
+            assert d.final == (max_opens > 0 and after.total_opens >= max_opens)
