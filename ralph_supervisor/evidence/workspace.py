@@ -16,9 +16,11 @@ to scanning mtime and size every `poll_interval`, with one `watcher_fallback` wa
 Definitions (the breaker relies on them):
 - A file *changed* in an iteration when its state at the end differs from its state at the start:
   created, deleted, renamed (both names count) or its content differs. A rewrite with identical content,
-  a touch, or a file created and removed again inside the iteration does not count. The content of a
-  file we have never seen change is unknown until its first event, so its first write counts even if the
-  bytes happen to be identical (we do not hash the whole tree up front; see `end_iteration`).
+  a touch, or a file created and removed again inside the iteration does not count. To know a file's
+  content before its first write, a low-priority background thread ("priming") hashes the existing small
+  files after `start()`, skipping any whose inode changed (ctime) since shortly before the watch began,
+  so it never takes new content for the old. A file not primed (larger than `PRIME_MAX_FILE`, beyond
+  the budget, or written before priming reached it) has an unknown old content: its first write counts.
 - *Commits* = the number of local branches and tags (`refs/heads/**`, `refs/tags/**`, loose or packed)
   created, deleted or moved during the iteration, or 1 when only HEAD moved (a commit on a detached
   HEAD, a checkout). Remote-tracking refs, the stash and notes do not count: a fetch is not the agent's
@@ -56,6 +58,12 @@ HASH_LIMIT = 32 * 1024 * 1024
 MODIFY_REHASH_S = 0.25
 """A file still being written is re-hashed at most this often; its close or the iteration end settles it."""
 SYNC_TIMEOUT_S = 1.0
+PRIME_MAX_FILE = 1024 * 1024
+PRIME_MAX_FILES = 200_000
+PRIME_MAX_BYTES = 512 * 1024 * 1024
+PRIME_CTIME_MARGIN_NS = 100_000_000
+"""Files whose inode changed less than this before the watch began are not primed (file times are
+stamped from a coarse clock, a few ms behind `time.time_ns()`)."""
 CHANGE_HISTORY = 100_000
 
 ABSENT = b""
@@ -304,6 +312,11 @@ class Workspace:
         self._refs_before = GitRefs()
         self._started = False
         self._stopped = False
+        self._watch_began_ns = 0
+        self._primed = threading.Event()
+        self._prime_stop = threading.Event()
+        self._prime_thread: threading.Thread | None = None
+        self.primed_files = 0
         self._fell_back = False
 
         # inotify mode
@@ -341,6 +354,7 @@ class Workspace:
         if self._started:
             return
         self._started = True
+        self._watch_began_ns = time.time_ns()
         self._rules = load_ignore_rules(self.root, state_dir=self.state_dir, extra=self._ignore_patterns)
         if self._mode == "inotify":
             try:
@@ -348,17 +362,27 @@ class Workspace:
             except (OSError, ImportError, RuntimeError) as exc:
                 self._close_inotify()
                 self._fall_back(exc)
-                return
-            log.info("watcher_started", mode="inotify", root=str(self.root), directories=len(self._dir_wd))
+            else:
+                log.info("watcher_started", mode="inotify", root=str(self.root), directories=len(self._dir_wd))
         else:
             self._start_polling()
             log.info("watcher_started", mode="polling", root=str(self.root), reason="forced")
         self.begin_iteration()
+        self._prime_thread = threading.Thread(target=self._prime, name="workspace-prime", daemon=True)
+        self._prime_thread.start()
+
+    def wait_primed(self, timeout: float | None = None) -> bool:
+        """Wait until the background priming of file hashes is done (tests and benchmarks)."""
+        return self._primed.wait(timeout)
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
+        self._prime_stop.set()
+        prime = self._prime_thread
+        if prime is not None:
+            prime.join(timeout=5)
         self._close_inotify()
         self._poll_stop.set()
         thread = self._poll_thread
@@ -471,6 +495,58 @@ class Workspace:
         text = read_text(self.root / directory / ".gitignore")
         with self._lock:
             self._rules = self._rules.with_gitignore(directory, text)
+
+    def _prime(self) -> None:
+        """Hash existing small files so that a first rewrite with identical content is recognised.
+
+        A file is primed only when its inode has not changed (ctime: writes, renames, `touch -d` all
+        set it) since shortly before the watch began: then what we read is what was there at the
+        start, and no event about it can be pending. Runs at the lowest CPU priority, in a budget.
+        """
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+        limit_ns = self._watch_began_ns - PRIME_CTIME_MARGIN_NS
+        files = 0
+        budget = PRIME_MAX_BYTES
+        try:
+            for directory, entries in self._walk(""):
+                if self._prime_stop.is_set():
+                    return
+                rules = self._rules
+                for entry in entries:
+                    if files >= PRIME_MAX_FILES or budget <= 0 or self._prime_stop.is_set():
+                        return
+                    try:
+                        if not entry.is_file(follow_symlinks=False):
+                            continue
+                        if rules.is_ignored_entry(directory, entry.name, is_dir=False):
+                            continue
+                        path = _join(directory, entry.name)
+                        with self._lock:
+                            if path in self._known:
+                                continue
+                        before = os.lstat(entry.path)
+                        if before.st_ctime_ns >= limit_ns or before.st_size > PRIME_MAX_FILE:
+                            continue
+                        state = file_state(Path(entry.path))
+                        after = os.lstat(entry.path)
+                    except OSError:
+                        continue
+                    if (after.st_ctime_ns, after.st_size, after.st_ino) != (before.st_ctime_ns, before.st_size, before.st_ino):
+                        continue
+                    with self._lock:
+                        self._known.setdefault(path, state)
+                    files += 1
+                    budget -= before.st_size
+                    if files % 256 == 0:
+                        time.sleep(0.001)  # let the watcher thread have the GIL
+        except Exception as exc:
+            log.warning("watcher_priming_failed", error=repr(exc))
+        finally:
+            self.primed_files = files
+            self._primed.set()
 
     # ---------------------------------------------------------------- the tree walk
 
