@@ -9,14 +9,11 @@ prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr na
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import math
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -232,6 +229,8 @@ def load_daily_state(path: Path) -> DailyState | None:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so a reader never sees half a file."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -252,6 +251,8 @@ def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:
 
     Read-modify-write happens under an exclusive lock on the state folder, so concurrent checks add up.
     """
+    import fcntl
+
     folder = Path(state_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -273,6 +274,8 @@ def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:
 
 def run_hook(command: str, decision: Decision) -> None:
     """Pipe the decision as one compact JSON line to CMD's stdin; its exit code is not ours."""
+    import subprocess
+
     payload = to_json(decision.as_dict(), indent=None).encode("utf-8")
     sys.stdout.flush()
     try:

@@ -400,6 +400,7 @@ attempt_st = st.builds(
     outcome=st.sampled_from(["success", "failure", "noop"]),
     error=st.one_of(st.none(), st.sampled_from(ERRORS), st.text(max_size=30)),
     tokens_used=st.integers(0, 5000),
+    iteration=st.one_of(st.none(), st.integers(0, 100)),
 )
 config_st = st.builds(
     BreakerConfig,
