@@ -1,0 +1,322 @@
+"""The escalation summary (`escalation.md`): one clear account for the human the breaker calls in.
+
+Pure: it renders values handed to it (the decision, the last reports, the history lines, a summary of the
+settings, the time as text) and never reads a file or a clock, so it is tested with plain values.
+
+It states the residual ONCE, as goal-circuit-breaker asks (REFERENCE section 4): **actionable** work (code
+errors, failing tests: another attempt may fix them) or **blocked** work (credentials, permissions, quota or
+billing, a decision only a human can take: retrying only burns tokens).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ralph_supervisor.breaker import Decision, State, one_line
+from ralph_supervisor.report import IterationReport
+
+EVIDENCE_ROWS = 10
+PATTERN_ROWS = 10
+TRIED_ROWS = 12
+
+BLOCKED_TRIGGERS = frozenset({"blocked", "token-budget", "daily-budget", "max-iterations"})
+
+_HUMAN_NEEDED = re.compile(
+    r"invalid api key|api[ _-]?key|/login|please (?:run|log ?in)|not logged in|unauthori[sz]ed|authenticat"
+    r"|credential|\b401\b|\b403\b|forbidden|permission denied|not permitted|access denied|credit balance"
+    r"|billing|payment required|\bquota\b|subscription|secret|token (?:is )?(?:missing|expired|invalid)"
+    r"|approval|approve|sign[- ]?off|needs? (?:a )?(?:human|decision|review)|waiting (?:for|on)"
+    r"|blocked on|blocked by|decide|decision",
+    re.IGNORECASE,
+)
+"""Words that say only a person can clear what is left."""
+
+_CODE_ERROR = re.compile(
+    r"error TS\d+|SyntaxError|TypeError|NameError|ImportError|ModuleNotFoundError|AttributeError"
+    r"|ReferenceError|compil|undefined reference|cannot find (?:module|symbol)|\bFAILED\b|tests? failed"
+    r"|failing tests?|AssertionError|assert|Traceback|Exception|panicked|segmentation fault|lint"
+    r"|build failed|\berror\[E\d+\]",
+    re.IGNORECASE,
+)
+"""Words that say the residual is code the agent may fix with another attempt."""
+
+
+@dataclass(frozen=True)
+class Residual:
+    """What is left, classified once: `kind` and the evidence behind the call."""
+
+    kind: Literal["actionable", "blocked"]
+    because: tuple[str, ...]
+    """The lines of evidence that decided it (blocking items for `blocked`, code errors for `actionable`)."""
+
+
+def status_line(report: IterationReport) -> str:
+    """The reply's RALPH_STATUS in a few words: `STATUS: RECOMMENDATION`."""
+    status = {str(k).upper(): str(v) for k, v in report.status.items()}
+    parts = [p for p in (status.get("STATUS", ""), status.get("RECOMMENDATION", "")) if p.strip()]
+    return one_line(": ".join(parts), 100)
+
+
+def outcome(report: IterationReport) -> str:
+    """One word or two for the evidence table, the worst thing first."""
+    if report.cut_short:
+        return "cut short"
+    if report.usage_limited:
+        return "usage limit"
+    if report.blocked:
+        return "blocked"
+    if report.failed:
+        return "failed (timeout)" if report.timed_out else "failed"
+    if report.progress:
+        return "progress, completed" if report.completed else "progress"
+    if report.completed:
+        return "completed, no change"
+    return "no progress"
+
+
+def classify_residual(decision: Decision, reports: Sequence[IterationReport]) -> Residual:
+    """Blocked when the trigger or the evidence says only a person can clear it; actionable otherwise."""
+    recent = list(reports)[-EVIDENCE_ROWS:]
+    blockers: list[str] = []
+    if decision.trigger == "blocked":
+        blockers.append(f"the breaker tripped on `blocked`: {decision.reason}")
+    elif decision.trigger in BLOCKED_TRIGGERS:
+        blockers.append(f"a cap was reached ({decision.trigger}): raising it or stopping is a human decision")
+    for report in recent:
+        if report.blocked:
+            blockers.append(
+                f"iteration {report.number} was blocked: {one_line(report.blocked_reason or report.first_error)}"
+            )
+        status = {str(k).upper(): str(v) for k, v in report.status.items()}
+        if status.get("STATUS", "").strip().upper() == "BLOCKED":
+            blockers.append(f"iteration {report.number} reported STATUS: BLOCKED ({status_line(report)})")
+    if decision.trigger == "paraphrase":
+        human = [r for r in recent if r.reply and _HUMAN_NEEDED.search(r.reply)]
+        if human:
+            blockers.append(
+                f"the agent restated the same blocker in {len(human)} replies: {one_line(human[-1].reply or '', 140)}"
+            )
+    if not blockers:
+        for report in recent:
+            hits = [line for line in report.error_lines if _HUMAN_NEEDED.search(line) and not _CODE_ERROR.search(line)]
+            if hits:
+                blockers.append(f"iteration {report.number}: {one_line(hits[0])}")
+    if blockers:
+        return Residual("blocked", tuple(_dedupe(blockers)))
+
+    code: list[str] = []
+    for report in recent:
+        for line in report.error_lines:
+            if _CODE_ERROR.search(line):
+                code.append(one_line(line))
+    if not code:
+        code = [one_line(line) for report in recent for line in report.error_lines]
+    return Residual("actionable", tuple(_dedupe(code)[:5]))
+
+
+def _dedupe(items: Sequence[str]) -> list[str]:
+    """Keep the first of each item, counting items that differ only in numbers (line, port) as one."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in items:
+        key = re.sub(r"\d+", "#", item)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def error_patterns(reports: Sequence[IterationReport]) -> list[tuple[str, int, str]]:
+    """(signature, in how many iterations, a raw sample line), most frequent first."""
+    counts: Counter[str] = Counter()
+    samples: dict[str, str] = {}
+    for report in reports:
+        for sig in report.error_signatures:
+            counts[sig] += 1
+            if sig not in samples:
+                samples[sig] = report.first_error if len(report.error_signatures) == 1 else ""
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [(sig, n, samples.get(sig, "")) for sig, n in ordered]
+
+
+def _cell(text: object) -> str:
+    """Table cells are one line and may not contain a bare pipe."""
+    return one_line(str(text), 100).replace("|", "\\|") or "-"
+
+
+def _code(text: str) -> str:
+    flat = one_line(text, 200).replace("`", "'")
+    return f"`{flat}`" if flat else "`(empty)`"
+
+
+def _evidence_table(reports: Sequence[IterationReport]) -> list[str]:
+    if not reports:
+        return ["No iteration finished before the breaker opened."]
+    lines = [
+        "| iteration | files changed | commits | errors | tokens | outcome | status |",
+        "|---:|---:|---:|---|---:|---|---|",
+    ]
+    for r in reports:
+        if r.error_lines:
+            errors = f"{len(r.error_signatures)}: {r.first_error}"
+        else:
+            errors = str(len(r.error_signatures)) if r.error_signatures else "0"
+        files = str(r.files_changed)
+        if r.changed_paths:
+            files += " (" + ", ".join(r.changed_paths[:3]) + (", …" if len(r.changed_paths) > 3 else "") + ")"
+        lines.append(
+            f"| {r.number} | {_cell(files)} | {r.commits} | {_cell(errors)} | {r.tokens} | {_cell(outcome(r))} "
+            f"| {_cell(status_line(r))} |"
+        )
+    return lines
+
+
+def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
+    rows = [h for h in history if isinstance(h, Mapping)]
+    if not rows:
+        return ["Nothing yet: this is the first time the breaker opened in this run."]
+    opens = sum(1 for h in rows if h.get("to") == State.OPEN.value)
+    trials = sum(1 for h in rows if h.get("to") == State.HALF_OPEN.value)
+    failed = sum(1 for h in rows if h.get("from") == State.HALF_OPEN.value and h.get("to") == State.OPEN.value)
+    closed = sum(1 for h in rows if h.get("from") == State.HALF_OPEN.value and h.get("to") == State.CLOSED.value)
+    out = [
+        f"{opens} open(s) before this one were recorded; {trials} trial(s) started, "
+        f"{closed} closed the breaker, {failed} failed and re-opened it.",
+        "",
+    ]
+    for h in rows[-TRIED_ROWS:]:
+        out.append(
+            f"- {h.get('ts', '?')} iteration {h.get('iteration', '?')}: {h.get('from', '?')} -> {h.get('to', '?')} "
+            f"({h.get('trigger', '?')}): {one_line(str(h.get('reason', '')), 200)}"
+        )
+    if len(rows) > TRIED_ROWS:
+        out.append(f"- … {len(rows) - TRIED_ROWS} earlier transition(s) in history.jsonl")
+    return out
+
+
+def _decide(residual: Residual, decision: Decision) -> list[str]:
+    if decision.trigger in {"token-budget", "daily-budget", "max-iterations"}:
+        return [
+            f"- The run reached a cap ({decision.trigger}). Decide whether the work is worth more: raise the cap "
+            "(`--token-budget`, `--daily-token-budget`, `--max-iterations`) and start again, or stop here."
+        ]
+    if residual.kind == "blocked":
+        return [
+            "- Something only a person can provide stands in the way (see the verdict). Provide it "
+            "(credentials, a permission, money, an answer), or decide the work should stop.",
+            "- Retrying without that change will only burn tokens: do not simply resume.",
+        ]
+    return [
+        "- Whether another attempt is worth it: the errors above are code errors the agent may fix on retry.",
+        "- Whether the plan or prompt needs a change first (a clearer task, a smaller step, a hint about the error).",
+        "- Or whether to stop the loop here.",
+    ]
+
+
+def _continue(decision: Decision, workspace: str) -> list[str]:
+    w = workspace
+    if decision.state is State.OPEN and decision.final:
+        return [
+            "The run has stopped for good (the supervisor exits 2). To continue after fixing the cause:",
+            "",
+            f"- `ralph-supervise reset -w {w}` clears the breaker (CLOSED, counters cleared),",
+            f"- then start the loop again: `ralph-supervise run -w {w} -- <your loop command>`.",
+            f"- `ralph-supervise status -w {w}` shows where it stands.",
+        ]
+    lines: list[str] = []
+    if decision.state is State.OPEN and decision.trigger != "manual" and decision.cooldown_s > 0:
+        lines.append(
+            f"The supervisor tries again by itself after the cooldown ({decision.cooldown_s / 60:g} min): "
+            "the next iteration is a trial; progress closes the breaker, anything else opens it again."
+        )
+        lines.append("")
+    elif decision.trigger == "manual":
+        lines.append("The tree stays paused until someone resumes it.")
+        lines.append("")
+    lines += [
+        f"- `ralph-supervise resume -w {w}` ends the wait now and starts the trial,",
+        f"- `ralph-supervise reset -w {w}` clears the breaker to CLOSED and resumes the tree,",
+        f"- `ralph-supervise stop -w {w}` stops the loop and its whole tree,",
+        f"- `ralph-supervise status -w {w}` shows where it stands.",
+    ]
+    return lines
+
+
+def render_escalation(
+    decision: Decision,
+    reports: Sequence[IterationReport],
+    history: Sequence[Mapping[str, object]],
+    settings_summary: Mapping[str, object],
+    now_iso: str,
+) -> str:
+    """The Markdown of `escalation.md` for this open.
+
+    `reports`: the last iterations (the newest last; only the last 10 are shown). `history`: the earlier
+    `history.jsonl` rows (dicts with ts, iteration, from, to, trigger, reason). `settings_summary`: the
+    thresholds worth showing; its `workspace` entry (if any) is used in the commands.
+    """
+    recent = list(reports)[-EVIDENCE_ROWS:]
+    residual = classify_residual(decision, recent)
+    workspace = str(settings_summary.get("workspace", "DIR")) or "DIR"
+    if decision.final:
+        headline = "stopped the loop for good"
+    elif decision.trigger == "manual":
+        headline = "was paused by hand"
+    else:
+        headline = "opened"
+    out: list[str] = [
+        f"# ralph-supervise: the circuit breaker {headline}",
+        "",
+        f"- **When:** {now_iso}",
+        f"- **Trigger:** `{decision.trigger}`",
+        f"- **Why:** {one_line(decision.reason, 400)}",
+        f"- **State:** {decision.state.value} at iteration {decision.iteration}, open {decision.total_opens}"
+        + (" (final)" if decision.final else ""),
+        "",
+        f"## Verdict: {residual.kind}",
+        "",
+    ]
+    if residual.kind == "blocked":
+        out.append(
+            "**Blocked: this needs a human.** Retrying cannot clear it; the loop would only burn tokens. Because:"
+        )
+    else:
+        out.append(
+            "**Actionable: code errors or a stuck approach that another attempt may fix.** Nothing in the "
+            "evidence says a person must act first."
+            + (" The errors:" if residual.because else "")
+        )
+    if residual.because:
+        out.append("")
+        out += [f"- {_code(item) if residual.kind == 'actionable' else one_line(item, 300)}" for item in residual.because]
+    out += ["", "## What a human must decide", ""] + _decide(residual, decision)
+    out += ["", "## How to continue", ""] + _continue(decision, workspace)
+    out += ["", f"## Evidence: the last {len(recent)} iteration(s)", ""] + _evidence_table(recent)
+    patterns = error_patterns(recent)
+    out += ["", "## Error patterns", ""]
+    if patterns:
+        for sig, count, sample in patterns[:PATTERN_ROWS]:
+            extra = f" (e.g. {_code(sample)})" if sample and sample != sig else ""
+            out.append(f"- ({count}×) {_code(sig)}{extra}")
+        if len(patterns) > PATTERN_ROWS:
+            out.append(f"- … {len(patterns) - PATTERN_ROWS} more pattern(s)")
+    else:
+        out.append("No error lines in these iterations.")
+    replies = [r for r in recent if r.reply]
+    if replies:
+        out += ["", "## The agent's last replies", ""]
+        for r in replies[-3:]:
+            out.append(f"- iteration {r.number}: {one_line(r.reply or '', 240)}")
+    out += ["", "## What was tried", ""] + _tried(history)
+    if settings_summary:
+        out += ["", "## Settings", "", "| setting | value |", "|---|---|"]
+        for key, value in settings_summary.items():
+            out.append(f"| {_cell(key)} | {_cell(value)} |")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["Residual", "classify_residual", "error_patterns", "outcome", "render_escalation", "status_line"]
