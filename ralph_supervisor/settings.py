@@ -305,7 +305,7 @@ class Settings:
 
 def _toml_line(text: str, key: str) -> int | None:
     """The line of `key = ...` in a TOML text (tomllib reports no positions for values)."""
-    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')\s*=", re.MULTILINE)
+    pattern = re.compile(rf"^[ \t]*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')[ \t]*=", re.MULTILINE)
     match = pattern.search(text)
     return text.count("\n", 0, match.start()) + 1 if match else None
 
@@ -322,7 +322,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise SettingsError(f"config file {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"config file {path}: {exc}") from None
+        message = str(exc).replace("(at end of document)", f"(at line {max(1, len(text.rstrip().splitlines()))}, end of document)")
+        raise SettingsError(f"config file {path}: {message}") from None
     values: dict[str, Any] = {}
     for key, raw in data.items():
         name = key.replace("-", "_")

@@ -47,6 +47,7 @@ CPU_ACTIVE_FRACTION = 0.01
 HISTORY_MAX_BYTES = 1_000_000
 HISTORY_TOTAL_BYTES = 5_000_000
 RECENT_REPORTS = 20
+HANDOFF_MAX_BYTES = 8 << 20
 
 
 def thresholds_from(settings: Settings) -> Thresholds:
@@ -112,6 +113,7 @@ class Supervisor:
         self._restart_pending = False
         self._paused = False
         self._started_wall = time.time()
+        self._handoff_bytes = 0
         self._cut_short: set[tuple[int, float]] = set()
         """Agent calls that were running when we paused or stopped the tree: never a trial."""
 
@@ -253,7 +255,9 @@ class Supervisor:
         from ralph_supervisor.process.spawn import spawn
 
         settings = self.settings
-        env = dict(os.environ)
+        from ralph_supervisor.sdnotify import environment_for_child
+
+        env = dict(environment_for_child(os.environ))
         env["RALPH_SUPERVISE"] = "1"
         env["RALPH_SUPERVISE_STATE_DIR"] = str(self.state_dir)
         try:
@@ -355,12 +359,17 @@ class Supervisor:
         if marker is not None:
             markers = tuple(i for i, text in enumerate(texts) if marker.search(text))
         result = OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, texts, tuple(errors), markers)
+        # Bound what waits for the event loop: the worker (never the reader) waits when the loop is behind.
+        while self._handoff_bytes > HANDOFF_MAX_BYTES and not self.loop.is_closed():
+            time.sleep(0.005)
+        self._handoff_bytes += result.nbytes
         try:
             self.loop.call_soon_threadsafe(self._output_analysed, result)
         except RuntimeError:
-            pass
+            self._handoff_bytes -= result.nbytes
 
     def _output_analysed(self, result: OutputResult) -> None:
+        self._handoff_bytes -= result.nbytes
         finished = self.tracker.add_output(result, time.time(), time.time())
         for call in finished:
             self._spawn_task(self._report_call(call, time.time()))

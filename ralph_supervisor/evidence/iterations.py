@@ -25,7 +25,7 @@ NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "--help", "-h"})
 MAX_ERROR_LINES = 50
 MAX_TEXT_BYTES = 8 << 20
 PENDING_SECONDS = 10.0
-PENDING_MAX = 4096
+PENDING_MAX_BYTES = 2 << 20
 
 
 def _interpreter(base: str) -> bool:
@@ -111,6 +111,7 @@ class IterationTracker:
         self.number = last_number
         self.current: CallEvidence | None = None
         self._pending: deque[OutputResult] = deque()
+        self._pending_bytes = 0
         self._skip: set[tuple[int, float]] = set()
         self._closing: dict[int, CallEvidence] = {}
         """Calls that ended but whose last output may still be in analysis, by number."""
@@ -129,6 +130,7 @@ class IterationTracker:
             for result in claimed:
                 call.add(result)
             self._pending.clear()
+            self._pending_bytes = 0
         return call
 
     def finish(self) -> CallEvidence | None:
@@ -188,9 +190,10 @@ class IterationTracker:
             call.add(result)
         elif result.tag == 0:
             self._pending.append(result)
-            while self._pending and (len(self._pending) > PENDING_MAX
+            self._pending_bytes += result.nbytes
+            while self._pending and (self._pending_bytes > PENDING_MAX_BYTES
                                      or self._pending[0].read_at < wall - PENDING_SECONDS):
-                self._pending.popleft()
+                self._pending_bytes -= self._pending.popleft().nbytes
         return finished
 
 

@@ -104,7 +104,7 @@ Analyse = Callable[[Chunk, list[bytes]], None]
 class AnalysisQueue:
     """A queue bounded in bytes between the reader and the analysis worker thread."""
 
-    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 16 << 20) -> None:
         self._analyse = analyse
         self._line_cap = line_cap
         self._max_bytes = max_bytes

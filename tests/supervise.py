@@ -1,0 +1,84 @@
+"""Helpers for tests that run the real supervisor as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+LOOP = EXAMPLES / "ralph_loop.sh"
+
+
+def supervise_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ralph_supervisor", *args]
+
+
+def start(workspace: Path, *args: str, env: dict[str, str] | None = None,
+          stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE) -> subprocess.Popen[bytes]:
+    """Start `ralph-supervise ARGS` in `workspace` (the caller must wait or kill it)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    full_env["PYTHONPATH"] = str(REPO)
+    if env:
+        full_env.update(env)
+    return subprocess.Popen(supervise_argv(*args), cwd=workspace, env=full_env, stdin=subprocess.DEVNULL,
+                            stdout=stdout, stderr=stderr)
+
+
+def run(workspace: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+        ) -> subprocess.CompletedProcess[bytes]:
+    proc = start(workspace, *args, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+        raise AssertionError(f"supervisor did not finish in {timeout}s: {err.decode()[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def events(state_dir: Path, name: str | None = None) -> list[dict[str, Any]]:
+    path = state_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if name is None or event.get("event") == name:
+            found.append(event)
+    return found
+
+
+def history(state_dir: Path) -> list[dict[str, Any]]:
+    path = state_dir / "history.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def loop_env(scenario: str, **extra: str) -> dict[str, str]:
+    env = {"FAKE_CLAUDE_SCENARIO": scenario, "RALPH_LOOP_PAUSE": "0.2", "FAKE_CLAUDE_DELAY": "0.3"}
+    env.update(extra)
+    return env
