@@ -23,7 +23,7 @@ Choices the contract leaves open (each one is tested):
   and is not judged for output decline: a finishing agent that has nothing left to change is not stuck.
 - `paraphrase` is judged only on an iteration without progress: a loop that changes files while it
   restates itself is working ("Done, all tests pass" three times in a row is not a stall).
-- `output-decline` ignores failed calls (judged nor counted in the window): a failed call's short error
+- `output-decline` ignores failed calls (neither judged nor counted in the window): a failed call's short error
   output is not a decline of the agent's work, and failures have their own rule.
 - A threshold of 0 (or less) turns its rule off; `max_opens` 0 means no open is final by count.
 - Manual opens (`pause`) do not count toward `max_opens`, are never final and have no cooldown: the tree

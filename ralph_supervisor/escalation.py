@@ -30,7 +30,7 @@ _HUMAN_NEEDED = re.compile(
     r"|credential|\b401\b|\b403\b|forbidden|permission denied|not permitted|access denied|credit balance"
     r"|billing|payment required|\bquota\b|subscription|secret|token (?:is )?(?:missing|expired|invalid)"
     r"|approval|approve|sign[- ]?off|needs? (?:a )?(?:human|decision|review)|waiting (?:for|on)"
-    r"|blocked on|blocked by|decide|decision",
+    r"|blocked on|blocked by|please decide|(?:a|your|human) decision",
     re.IGNORECASE,
 )
 """Words that say only a person can clear what is left."""

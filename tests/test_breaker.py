@@ -588,3 +588,27 @@ def test_the_decision_as_json_carries_the_transition() -> None:
     data = json.loads(json.dumps(d.to_dict()))
     assert data["from"] == "CLOSED" and data["to"] == "OPEN" and data["trigger"] == "no-progress"
     assert data["action"] == "open" and data["iteration"] == 3 and data["total_opens"] == 1
+
+
+def test_the_trial_time_bound_defaults_to_twice_the_stall_time() -> None:
+    assert Thresholds().trial_timeout == 3600.0
+    assert Thresholds(stall_s=100.0).trial_timeout == 200.0
+    assert Thresholds(stall_s=0.0).trial_timeout == 3600.0
+    assert Thresholds(trial_timeout_s=90.0).trial_timeout == 90.0
+
+
+def test_resume_after_a_final_open_starts_a_trial_because_a_human_decided() -> None:
+    b = Breaker(Thresholds())
+    run(b, [report(1, blocked=True)])
+    assert b.final
+    d = b.resume(500.0)
+    assert d.action == "half_open" and not b.final
+    assert b.observe(report(2, files_changed=1), 600.0).action == "close"
+
+
+def test_a_restored_final_open_stays_open_and_final() -> None:
+    b = Breaker(Thresholds(max_opens=1))
+    run(b, [report(n) for n in (1, 2, 3)])
+    restored = Breaker.from_dict(Thresholds(max_opens=1), json.loads(json.dumps(b.to_dict())))
+    assert restored.final and restored.state is State.OPEN
+    assert restored.seconds_until_half_open(10**9) is None and restored.tick(10**9).action == "none"
