@@ -1,0 +1,204 @@
+"""Supervisor death: the member record on disk, and the sweep the next supervisor runs.
+
+The end-to-end tests kill a real (fake) supervisor process with SIGKILL. pytest is the child
+subreaper meanwhile (the `subreaper` fixture), so what the dead supervisor leaves re-parents to pytest
+instead of init, and the fixture can reap it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.helpers.trees import HELPERS, subreaper, wait_for  # noqa: F401 - subreaper is a fixture
+from ralph_supervisor.process.linux import ProcStat, read_stat
+from ralph_supervisor.process.orphans import MAX_RECORDED, MARKER_VAR, MemberRecord, new_marker, sweep_orphans
+from ralph_supervisor.process.reaper import Reaper
+from ralph_supervisor.process.tree import Member, member_of
+
+
+def _gone(stat: ProcStat) -> bool:
+    now = read_stat(stat.pid)
+    return now is None or now.start_ticks != stat.start_ticks or not now.alive
+
+
+def _read_until(proc: subprocess.Popen[bytes], done: Callable[[dict], bool], timeout: float = 15.0) -> dict:
+    """The fake supervisor's first report for which done() holds (it reports every change)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = proc.stdout.readline()
+        assert line, "the fake supervisor exited"
+        report = json.loads(line)
+        if done(report):
+            return report
+    raise AssertionError(f"no matching report from the fake supervisor within {timeout}s")
+
+
+def _sleeper(env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], ProcStat]:
+    proc = subprocess.Popen(["sleep", "1000"], env=env)
+    stat = read_stat(proc.pid)
+    assert stat is not None
+    return proc, stat
+
+
+def test_the_record_is_rewritten_only_when_the_members_change(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "tree.json"
+    record = MemberRecord(path, marker="RALPH_SUPERVISE_TREE=abc")
+    members = [Member(pid=100 + n, create_time=1_700_000_000.0 + n, name="sleep", ppid=1) for n in range(3)]
+
+    record.record(members)
+    first = path.stat()
+    record.record(list(members))
+    assert path.stat().st_ino == first.st_ino and path.stat().st_mtime_ns == first.st_mtime_ns
+    record.record(members[:2])
+
+    document = json.loads(path.read_text())
+    assert [row["pid"] for row in document["members"]] == [100, 101]
+    assert document["marker"] == "RALPH_SUPERVISE_TREE=abc"
+    assert path.stat().st_ino != first.st_ino  # replaced by rename, never rewritten in place
+    assert [p.name for p in path.parent.iterdir()] == ["tree.json"]  # no temp file left
+
+
+def test_the_record_is_bounded(tmp_path: Path) -> None:
+    record = MemberRecord(tmp_path / "tree.json")
+    record.record(Member(pid=n, create_time=1_700_000_000.0, name="x", ppid=1) for n in range(MAX_RECORDED + 500))
+    assert len(json.loads((tmp_path / "tree.json").read_text())["members"]) == MAX_RECORDED
+
+
+def test_clear_removes_the_record(tmp_path: Path) -> None:
+    record = MemberRecord(tmp_path / "tree.json")
+    record.record([Member(pid=5, create_time=1_700_000_000.0, name="x", ppid=1)])
+    record.clear()
+    record.clear()
+    assert not (tmp_path / "tree.json").exists()
+    assert sweep_orphans(tmp_path / "tree.json") == 0
+
+
+def test_a_corrupt_record_is_moved_aside_and_nothing_is_killed(tmp_path: Path) -> None:
+    path = tmp_path / "tree.json"
+    for garbage in (b"{not json", b'{"version": 1, "members": [{"pid": "x", "start_ticks": 1}]}', b"[]"):
+        path.write_bytes(garbage)
+        assert sweep_orphans(path, grace=0.1) == 0
+        assert not path.exists()
+    aside = sorted(p.name for p in tmp_path.iterdir())
+    assert aside and all(name.startswith("tree.json.corrupt-") for name in aside)
+
+
+def test_sweep_kills_recorded_members_but_not_a_pid_with_another_start_time(tmp_path: Path) -> None:
+    ours, ours_stat = _sleeper()
+    stranger, stranger_stat = _sleeper()
+    try:
+        path = tmp_path / "tree.json"
+        impostor = Member(pid=stranger.pid, create_time=stranger_stat.create_time + 3.0, name="sleep", ppid=1)
+        MemberRecord(path).record([member_of(ours_stat), impostor])
+
+        assert sweep_orphans(path, grace=0.5) == 1
+
+        assert ours.wait(5) == -signal.SIGTERM
+        assert stranger.poll() is None and not _gone(stranger_stat)
+        assert not path.exists()
+    finally:
+        for proc in (ours, stranger):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def test_sweep_of_a_record_from_another_boot_kills_nothing(tmp_path: Path) -> None:
+    proc, stat = _sleeper()
+    try:
+        path = tmp_path / "tree.json"
+        MemberRecord(path).record([member_of(stat)])
+        document = json.loads(path.read_text())
+        document["boot_id"] = "00000000-0000-0000-0000-000000000000"
+        path.write_text(json.dumps(document))
+
+        assert sweep_orphans(path, grace=0.1) == 0
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_sweep_finds_unrecorded_processes_by_the_marker_in_their_environment(tmp_path: Path) -> None:
+    marker = new_marker()
+    name, value = marker.split("=", 1)
+    assert name == MARKER_VAR
+    marked, marked_stat = _sleeper({**os.environ, name: value})
+    unmarked, unmarked_stat = _sleeper({**os.environ, name: value + "-other"})
+    try:
+        path = tmp_path / "tree.json"
+        MemberRecord(path, marker=marker).record([])
+
+        assert sweep_orphans(path, grace=0.5) == 1
+
+        assert marked.wait(5) == -signal.SIGTERM
+        assert unmarked.poll() is None
+    finally:
+        for proc in (marked, unmarked):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def test_sweep_never_kills_the_sweeper_or_its_ancestors(tmp_path: Path) -> None:
+    """A sweeper whose own pid (and its parent, this pytest) is in the record survives its sweep."""
+    path = tmp_path / "tree.json"
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from ralph_supervisor.process.linux import read_stat\n"
+        "from ralph_supervisor.process.orphans import MemberRecord, sweep_orphans\n"
+        "from ralph_supervisor.process.tree import member_of\n"
+        "path = Path(sys.argv[1])\n"
+        "MemberRecord(path).record([member_of(read_stat(os.getpid())), member_of(read_stat(os.getppid()))])\n"
+        "print(sweep_orphans(path, grace=0.2), flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"0\n"
+
+
+def test_after_supervisor_death_the_child_dies_and_the_sweep_kills_the_recorded_rest(
+    subreaper: Reaper, tmp_path: Path
+) -> None:
+    record = tmp_path / "tree.json"
+    supervisor = subprocess.Popen(
+        [sys.executable, str(HELPERS / "fake_supervisor.py"), str(record), new_marker(), "--",
+         "bash", "-c", "setsid sleep 1000 & ( setsid sleep 1000 & ); while :; do sleep 1000; done"],
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    subreaper.adopt(supervisor)
+    assert supervisor.stdout is not None
+    line = _read_until(supervisor, lambda report: len(report["members"]) >= 4)
+    child = read_stat(line["child"])
+    rest = [read_stat(pid) for pid, _ in line["members"] if pid != line["child"]]
+    assert child is not None and all(s is not None for s in rest)
+    wait_for(lambda: record.exists() and len(json.loads(record.read_text())["members"]) >= 4, 5, "the record")
+
+    supervisor.send_signal(signal.SIGKILL)
+
+    # PR_SET_PDEATHSIG: the direct child is killed by the kernel (re-parented to us, reaped as 128+9).
+    wait_for(lambda: subreaper.reap() is not None and subreaper.exit_code(child.pid) is not None, 5, "child death")
+    assert subreaper.exit_code(child.pid) == 137
+    assert subreaper.exit_code(supervisor.pid) == 137
+    survivors = [s for s in rest if s is not None and not _gone(s)]
+    assert survivors, "the setsid'd grandchildren outlive the supervisor without a sweep"
+
+    swept = sweep_orphans(record, grace=0.5)
+
+    assert swept >= len(survivors)
+    assert all(_gone(s) for s in rest if s is not None)
+    supervisor.stdout.close()

@@ -1,0 +1,82 @@
+"""The Reaper: the single waitpid owner reaps children and re-parented orphans, with shell exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.helpers.trees import subreaper, wait_for  # noqa: F401 - subreaper is a fixture
+from ralph_supervisor.process.linux import all_stats
+from ralph_supervisor.process.reaper import Reaper, exit_code_of
+from ralph_supervisor.process.spawn import spawn
+
+
+def _reap_until_known(reaper: Reaper, pid: int) -> int:
+    wait_for(lambda: reaper.reap() is not None and reaper.exit_code(pid) is not None, 10, f"pid {pid} reaped")
+    code = reaper.exit_code(pid)
+    assert code is not None
+    return code
+
+
+def _zombies_of(pid: int) -> list[int]:
+    return [s.pid for s in all_stats() if s.ppid == pid and s.state == "Z"]
+
+
+def test_exit_codes_are_the_shells_0_3_and_128_plus_signal(subreaper: Reaper, tmp_path: Path) -> None:
+    zero = spawn(["sh", "-c", "exit 0"], tmp_path)
+    three = spawn(["sh", "-c", "exit 3"], tmp_path)
+    killed = spawn(["sh", "-c", "kill -9 $$"], tmp_path)
+    termed = spawn(["sleep", "30"], tmp_path)
+    for proc in (zero, three, killed, termed):
+        subreaper.adopt(proc)
+    os.kill(termed.pid, signal.SIGTERM)
+    assert _reap_until_known(subreaper, zero.pid) == 0
+    assert _reap_until_known(subreaper, three.pid) == 3
+    assert _reap_until_known(subreaper, killed.pid) == 137
+    assert _reap_until_known(subreaper, termed.pid) == 143
+    # Adopted Popen objects learn their status from the Reaper (Popen's own -N convention).
+    assert (zero.returncode, three.returncode, killed.returncode, termed.returncode) == (0, 3, -9, -15)
+    for proc in (zero, three, killed, termed):
+        proc.communicate()
+
+
+def test_orphans_reparented_to_the_subreaper_are_reaped_with_their_exit_codes(
+    subreaper: Reaper, tmp_path: Path
+) -> None:
+    # The subshell exits at once; its child (an orphan now, re-parented to us) exits 7 a moment later.
+    script = f"( ( echo $BASHPID > {tmp_path}/orphan.pid; sleep 0.3; exit 7 ) & ); exit 0"
+    parent = spawn(["bash", "-c", script], tmp_path)
+    subreaper.adopt(parent)
+    assert _reap_until_known(subreaper, parent.pid) == 0
+    wait_for(lambda: (tmp_path / "orphan.pid").exists() and (tmp_path / "orphan.pid").read_text().strip() != "")
+    orphan = int((tmp_path / "orphan.pid").read_text())
+    assert _reap_until_known(subreaper, orphan) == 7
+    subreaper.reap()
+    assert _zombies_of(os.getpid()) == []
+    parent.communicate()
+
+
+def test_memory_of_exit_codes_is_bounded(subreaper: Reaper, tmp_path: Path) -> None:
+    reaper = Reaper(memory=3)
+    procs = [spawn(["sh", "-c", f"exit {n}"], tmp_path) for n in range(5)]
+    for proc in procs:
+        reaper.adopt(proc)
+    wait_for(lambda: reaper.reap() is not None and all(p.returncode is not None for p in procs), 10, "all reaped")
+    remembered = [reaper.exit_code(p.pid) for p in procs]
+    assert sum(code is not None for code in remembered) == 3
+    assert [p.returncode for p in procs] == [0, 1, 2, 3, 4]
+    for proc in procs:
+        proc.communicate()
+
+
+def test_reap_with_no_children_returns_nothing() -> None:
+    assert Reaper().reap() == {}
+
+
+def test_exit_code_of_a_raw_status() -> None:
+    proc = subprocess.Popen(["sh", "-c", "kill -15 $$"])
+    _, status = os.waitpid(proc.pid, 0)
+    proc.returncode = -15
+    assert exit_code_of(status) == 143

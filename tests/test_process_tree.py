@@ -1,0 +1,307 @@
+"""ProcessTree on real trees shaped like a Ralph loop's: zero survivors, pause/resume, PID identity.
+
+Every test here runs with pytest as the child subreaper (the `subreaper` fixture, see helpers/trees.py),
+so the tree is "every live descendant of this pytest process".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.trees import (  # noqa: F401 - subreaper is a fixture
+    BUSY_LOOP,
+    hard_tree,
+    subreaper,
+    wait_for,
+    wait_for_members,
+    wide_tree,
+)
+from ralph_supervisor.process.linux import read_stat
+from ralph_supervisor.process.reaper import Reaper
+from ralph_supervisor.process.spawn import spawn
+from ralph_supervisor.process.tree import Member, ProcessTree, TreeChanges, walk
+
+GRACE = 0.5
+
+
+_open_pipes: list = []
+
+
+def _start(reaper: Reaper, argv: list[str], cwd: Path) -> int:
+    """spawn() as the supervisor will; keep the pipes open (a closed pipe would SIGPIPE the loop's echo)."""
+    proc = spawn(argv, cwd)
+    reaper.adopt(proc)
+    _open_pipes.extend([proc.stdout, proc.stderr])
+    return proc.pid
+
+
+@pytest.fixture(autouse=True)
+def _close_pipes_after_the_test():
+    yield
+    while _open_pipes:
+        pipe = _open_pipes.pop()
+        if pipe is not None:
+            pipe.close()
+
+
+def _alive(member: Member) -> bool:
+    stat = read_stat(member.pid)
+    return stat is not None and stat.create_time == member.create_time and stat.alive
+
+
+def _state(member: Member) -> str:
+    stat = read_stat(member.pid)
+    return "gone" if stat is None else stat.state
+
+
+def _cpu_ticks(members: list[Member]) -> dict[int, int]:
+    ticks = {}
+    for member in members:
+        stat = read_stat(member.pid)
+        if stat is not None:
+            ticks[member.pid] = stat.cpu_ticks
+    return ticks
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def test_stop_leaves_nothing_of_a_term_ignoring_loop_its_setsid_sleeps_a_daemon_and_a_listener(
+    subreaper: Reaper, tmp_path: Path
+) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, hard_tree(tmp_path), tmp_path)
+    wait_for(lambda: (tmp_path / "port").exists() and (tmp_path / "daemon.pid").exists(), 10, "daemon and listener")
+    # At least two turns of the loop, each leaving an orphaned `setsid sleep 1000`.
+    wait_for(lambda: sum(m.name == "sleep" and m.ppid == os.getpid() for m in tree.scan()) >= 2, 10, "leftovers")
+    port = int((tmp_path / "port").read_text())
+    daemon = int((tmp_path / "daemon.pid").read_text())
+    before = tree.scan()
+    assert daemon in {m.pid for m in before}
+    assert not _port_is_free(port)
+
+    result = tree.stop(GRACE)
+
+    assert result.survivors == ()
+    assert tree.scan() == []
+    assert not any(_alive(m) for m in before)
+    assert result.signalled >= len(before)
+    # The loop ignores TERM, so only the KILL after the grace ended it.
+    assert GRACE * 1000 <= result.duration_ms < (GRACE + 1) * 1000
+    wait_for(lambda: _port_is_free(port), 5, f"port {port} to be free")
+
+
+def test_stop_of_a_200_process_tree_that_ignores_term_kills_all_after_the_grace(
+    subreaper: Reaper, tmp_path: Path
+) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, wide_tree(200, term_ignoring=True), tmp_path)
+    wait_for_members(tree, 200)
+    before = tree.scan()
+
+    result = tree.stop(GRACE)
+
+    assert result.survivors == ()
+    assert tree.scan() == []
+    assert not any(_alive(m) for m in before)
+    assert GRACE * 1000 <= result.duration_ms < (GRACE + 1) * 1000
+
+
+def test_stop_of_a_cooperative_200_process_tree_is_quick_and_complete(subreaper: Reaper, tmp_path: Path) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, wide_tree(200, term_ignoring=False), tmp_path)
+    wait_for_members(tree, 200)
+    before = tree.scan()
+
+    result = tree.stop(10.0)
+
+    assert result.survivors == ()
+    assert not any(_alive(m) for m in before)
+    assert result.duration_ms < 1000  # TERM was enough: nowhere near the 10 s grace
+
+
+def test_kill_now_from_another_thread_cuts_a_running_stop_short(subreaper: Reaper, tmp_path: Path) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, wide_tree(30, term_ignoring=True), tmp_path)
+    wait_for_members(tree, 30)
+    outcome = {}
+    stopper = threading.Thread(target=lambda: outcome.setdefault("stop", tree.stop(60.0)))
+    stopper.start()
+    time.sleep(0.2)  # let stop() send TERM and start waiting out its grace
+
+    killed = tree.kill_now()
+
+    stopper.join(10)
+    assert not stopper.is_alive()
+    assert killed.survivors == ()
+    assert outcome["stop"].survivors == ()
+    assert outcome["stop"].duration_ms < 10_000
+    assert tree.scan() == []
+
+
+def test_stop_works_from_a_worker_thread_like_asyncio_to_thread(subreaper: Reaper, tmp_path: Path) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, hard_tree(tmp_path), tmp_path)
+    wait_for(lambda: (tmp_path / "port").exists() and (tmp_path / "daemon.pid").exists(), 10, "daemon and listener")
+
+    result = asyncio.run(asyncio.to_thread(tree.stop, GRACE))
+
+    assert result.survivors == ()
+    assert tree.scan() == []
+
+
+def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again(
+    subreaper: Reaper, tmp_path: Path
+) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    script = f"bash -c '{BUSY_LOOP}' & ( setsid sleep 1000 & ) ; setsid sleep 1000 & sleep 1000 & wait"
+    _start(subreaper, ["bash", "-c", script], tmp_path)
+    wait_for_members(tree, 5)
+    busy = next(m for m in tree.scan() if m.name == "bash" and m.ppid != os.getpid())
+    wait_for(lambda: tree.cpu_seconds([busy.pid]) > 0.02, 10, "the busy loop to burn some CPU")
+
+    count = tree.pause()
+
+    members = tree.scan()
+    assert count == len(members) >= 5
+    assert tree.paused
+    assert {_state(m) for m in members} == {"T"}
+    frozen = _cpu_ticks(members)
+    time.sleep(0.3)
+    assert _cpu_ticks(members) == frozen
+
+    resumed = tree.resume()
+
+    assert resumed == len(members)
+    assert not tree.paused
+    assert "T" not in {_state(m) for m in members}
+    busy_before = frozen[busy.pid]
+    wait_for(lambda: _cpu_ticks([busy])[busy.pid] > busy_before, 5, "the busy loop to run again")
+    assert tree.stop(GRACE).survivors == ()
+
+
+def test_pause_catches_processes_forked_while_it_runs(subreaper: Reaper, tmp_path: Path) -> None:
+    """A fork storm: parents keep spawning children; after pause() nothing runs and nothing new appears."""
+    tree = ProcessTree(os.getpid(), subreaper)
+    storm = "for i in 1 2 3; do ( while :; do sleep 1000 & sleep 0.01; done ) & done; wait"
+    _start(subreaper, ["bash", "-c", storm], tmp_path)
+    wait_for_members(tree, 30)
+
+    tree.pause()
+
+    members = tree.scan()
+    assert {_state(m) for m in members} == {"T"}
+    time.sleep(0.1)
+    assert {m.key for m in tree.scan()} == {m.key for m in members}
+    assert tree.stop(GRACE).survivors == ()
+
+
+def test_stop_of_a_paused_tree_still_delivers_term(subreaper: Reaper, tmp_path: Path) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, wide_tree(20, term_ignoring=False), tmp_path)
+    wait_for_members(tree, 20)
+    tree.pause()
+
+    result = tree.stop(5.0)
+
+    assert result.survivors == ()
+    assert result.duration_ms < 5000  # they were woken up and obeyed TERM, no KILL needed
+    assert not tree.paused
+
+
+def test_a_member_whose_create_time_no_longer_matches_is_never_signalled(
+    subreaper: Reaper, tmp_path: Path
+) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    pid = _start(subreaper, ["sleep", "1000"], tmp_path)
+    wait_for_members(tree, 1)
+    real = next(m for m in tree.scan() if m.pid == pid)
+    impostor = Member(pid=pid, create_time=real.create_time - 5.0, name="sleep", ppid=real.ppid)
+
+    assert tree.send(impostor, signal.SIGKILL) is False
+    time.sleep(0.05)
+    assert _alive(real)
+    assert tree.send(real, signal.SIGKILL) is True
+    wait_for(lambda: not _alive(real), 5, "the real member to die")
+
+
+def test_excluded_processes_and_their_children_are_left_alone(subreaper: Reaper, tmp_path: Path) -> None:
+    helper = _start(subreaper, ["bash", "-c", "sleep 1000 & wait"], tmp_path)
+    tree = ProcessTree(os.getpid(), subreaper, exclude=lambda pid: pid == helper)
+    _start(subreaper, ["sleep", "1000"], tmp_path)
+    wait_for(lambda: len(ProcessTree(os.getpid(), subreaper).scan()) >= 3, 10, "helper and member")
+    assert [m.name for m in tree.scan()] == ["sleep"]
+
+    assert tree.stop(GRACE).survivors == ()
+
+    everything = ProcessTree(os.getpid(), subreaper).scan()
+    assert {m.pid for m in everything} >= {helper}
+    assert len(everything) == 2  # the helper bash and its sleep
+
+
+def test_subtree_and_its_cpu_follow_one_call_and_its_children(subreaper: Reaper, tmp_path: Path) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    script = f"sleep 1000 & bash -c 'sleep 1000 & {BUSY_LOOP}' & wait"
+    root = _start(subreaper, ["bash", "-c", script], tmp_path)
+    wait_for_members(tree, 4)
+    call = next(m for m in tree.scan() if m.name == "bash" and m.ppid == root)
+
+    sub = tree.subtree(call.pid)
+
+    assert sub[0] == call
+    assert [m.name for m in sub[1:]] == ["sleep"]
+    first = tree.cpu_seconds([call.pid])
+    wait_for(lambda: tree.cpu_seconds([call.pid]) > first, 5, "the call's CPU to grow")
+    assert tree.cpu_seconds() >= tree.cpu_seconds([call.pid]) - 0.05
+    assert tree.subtree(999_999_999) == []
+    assert tree.stop(GRACE).survivors == ()
+
+
+def test_changes_report_members_that_appeared_and_departed(subreaper: Reaper, tmp_path: Path) -> None:
+    seen: list[TreeChanges] = []
+    tree = ProcessTree(os.getpid(), subreaper, on_members_changed=seen.append)
+    assert tree.changes() == TreeChanges()
+    pid = _start(subreaper, ["sleep", "1000"], tmp_path)
+    wait_for_members(tree, 1)
+
+    appeared = tree.changes()
+
+    assert [m.pid for m in appeared.appeared] == [pid] and appeared.departed == ()
+    assert tree.stop(GRACE).survivors == ()
+    departed = tree.changes()
+    assert departed.appeared == () and [m.pid for m in departed.departed] == [pid]
+    assert [m.pid for c in seen for m in c.appeared] == [pid]
+    assert [m.pid for c in seen for m in c.departed] == [pid]
+
+
+def test_stop_and_pause_of_an_empty_tree_do_nothing(subreaper: Reaper) -> None:
+    tree = ProcessTree(os.getpid(), subreaper)
+    assert tree.stop(5.0).survivors == () and tree.stop(5.0).duration_ms < 1000
+    assert tree.pause() == 0 and tree.resume() == 0
+    assert tree.cpu_seconds() == 0.0
+
+
+@pytest.mark.parametrize("excluded", [False, True])
+def test_walk_orders_parents_before_children_and_prunes_excluded_subtrees(excluded: bool) -> None:
+    from ralph_supervisor.process.linux import ProcStat
+
+    def stat(pid: int, ppid: int, state: str = "S") -> ProcStat:
+        return ProcStat(pid=pid, name="p", state=state, ppid=ppid, pgid=pid, sid=pid, cpu_ticks=0, start_ticks=pid)
+
+    table = [stat(5, 3), stat(3, 1), stat(2, 1), stat(4, 2), stat(6, 2, "Z"), stat(9, 8)]
+    found = walk(table, [1], exclude=(lambda pid: pid == 2) if excluded else None)
+    assert [s.pid for s in found] == ([3, 5] if excluded else [3, 2, 5, 4])
