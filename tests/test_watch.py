@@ -8,15 +8,18 @@ import json
 import os
 import pty
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -356,7 +359,7 @@ records = st.dictionaries(
     "iteration": json_values, "errors": json_values, "tokens": json_values, "outcome": json_values})
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(records, max_size=6), records, records)
 def test_any_records_render_without_raising(events: list[dict[str, Any]], state: dict[str, Any],
                                             status: dict[str, Any]) -> None:
@@ -372,3 +375,133 @@ def test_any_records_render_without_raising(events: list[dict[str, Any]], state:
         console.print(watch.render(snap, NOW))
     finally:
         console.file.close()
+
+
+# --- scripts/tmux-session.sh -------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+TMUX_SCRIPT = REPO / "scripts" / "tmux-session.sh"
+STUB = """#!/bin/sh
+# Stands in for ralph-supervise: records each call's arguments, then behaves like the real commands.
+out="$STUB_OUT/$1.args"
+for a in "$@"; do printf '%s\\0' "$a"; done > "$out.tmp" && mv "$out.tmp" "$out"
+case "$1" in
+  run) printf '%s' "${STUB_VAR-unset}" > "$STUB_OUT/env.tmp" && mv "$STUB_OUT/env.tmp" "$STUB_OUT/env"
+       while [ "$1" != "--" ]; do shift; done; shift; exec "$@" ;;
+  watch) exec sleep 60 ;;
+  status) echo "ralph: CLOSED it0" ;;
+esac
+"""
+
+
+def test_tmux_script_is_valid_bash() -> None:
+    assert subprocess.run(["bash", "-n", str(TMUX_SCRIPT)]).returncode == 0
+    assert os.access(TMUX_SCRIPT, os.X_OK)
+
+
+@pytest.fixture
+def tmux_env(tmp_path: Path):
+    """A private tmux server (own TMUX_TMPDIR and -L name) and a stub ralph-supervise; killed after."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    tmpdir = Path(tempfile.mkdtemp(prefix="rt-"))  # short: the tmux socket path must fit sun_path
+    out = tmp_path / "out"
+    out.mkdir()
+    stub = tmp_path / "ralph-supervise-stub"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+    env.update(TMUX_TMPDIR=str(tmpdir), RALPH_SUPERVISE_BIN=str(stub), STUB_OUT=str(out))
+    name = f"rt{os.getpid()}"
+    try:
+        yield env, name, out, stub
+    finally:
+        subprocess.run(["tmux", "-L", name, "kill-server"], env=env, capture_output=True)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def tmux(env: dict[str, str], name: str, *args: str) -> str:
+    done = subprocess.run(["tmux", "-L", name, *args], env=env, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def wait_for(path: Path, timeout: float = 10.0) -> bytes:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+    return path.read_bytes()
+
+
+def test_tmux_session_runs_the_supervisor_and_the_live_view_with_a_status_bar(tmp_path: Path, tmux_env: Any) -> None:
+    env, name, out, stub = tmux_env
+    workspace = tmp_path / "my project"
+    workspace.mkdir()
+    # A tmux server that was started earlier from another environment: the panes must still get ours.
+    tmux({k: v for k, v in env.items() if k != "STUB_VAR"}, name, "new-session", "-d", "-s", "other", "sleep 60")
+    env = {**env, "STUB_VAR": "it's a value;"}
+    loop = ["sh", "-c", "sleep 60", "arg0", "it's", "$HOME", "two words", "end;"]
+    done = subprocess.run([str(TMUX_SCRIPT), "-L", name, "-w", str(workspace), "-s", "loop.1", "--", *loop],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert f"tmux -L {name} attach -t loop-1" in done.stdout  # '.' is not allowed in a session name
+
+    run_args = wait_for(out / "run.args").split(b"\0")[:-1]
+    assert [a.decode() for a in run_args] == ["run", "-w", str(workspace), "--", *loop]
+    watch_args = wait_for(out / "watch.args").split(b"\0")[:-1]
+    assert [a.decode() for a in watch_args] == ["watch", "-w", str(workspace)]
+    assert wait_for(out / "env").decode() == "it's a value;"
+
+    panes = tmux(env, name, "list-panes", "-t", "loop-1", "-F", "#{pane_current_path}|#{pane_dead}").splitlines()
+    assert panes == [f"{workspace}|0", f"{workspace}|0"]  # the loop and the live view, both alive
+    assert tmux(env, name, "show-options", "-v", "-t", "loop-1", "status-interval").strip() == "5"
+    assert tmux(env, name, "show-options", "-w", "-v", "-t", "loop-1:", "remain-on-exit").strip() == "on"
+    status_right = tmux(env, name, "show-options", "-v", "-t", "loop-1", "status-right").strip()
+    assert status_right.startswith("#(") and status_right.endswith(")")
+    shown = subprocess.run(["sh", "-c", status_right[2:-1]], env=env, capture_output=True, text=True, timeout=10)
+    assert shown.stdout.strip() == "ralph: CLOSED it0"
+    status_args = [a.decode() for a in wait_for(out / "status.args").split(b"\0")[:-1]]
+    assert status_args == ["status", "--tmux", "-w", str(workspace)]
+
+    again = subprocess.run([str(TMUX_SCRIPT), "-L", name, "-w", str(workspace), "-s", "loop.1", "--", "true"],
+                           env=env, capture_output=True, text=True, timeout=30)
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+    subprocess.run(["tmux", "-L", name, "kill-server"], env=env, capture_output=True, timeout=10)
+    deadline = time.monotonic() + 5
+    while _test_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _test_processes(), "kill-server left processes behind"
+
+
+def _test_processes() -> list[psutil.Process]:
+    """Live processes started by this test (they carry its RALPH_TEST_ID, see conftest)."""
+    needle = f"RALPH_TEST_ID={os.environ['RALPH_TEST_ID']}".encode()
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0") and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no command given"),
+        (["-w", "/nonexistent/folder", "--", "true"], "is not a folder"),
+        (["--bogus", "--", "true"], "unknown option '--bogus'"),
+        (["-w"], "-w needs a folder"),
+    ],
+)
+def test_tmux_script_usage_errors_are_one_line_and_exit_1(tmux_env: Any, args: list[str], message: str) -> None:
+    env, name, _out, _stub = tmux_env
+    done = subprocess.run([str(TMUX_SCRIPT), "-L", name, *args], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert message in done.stderr and done.stderr.count("\n") == 1
