@@ -174,6 +174,8 @@ class Supervisor:
                      seconds_left=self.breaker.seconds_until_half_open(time.time()))
             if self.breaker.final:
                 log.warning("breaker_final", reason=self.breaker.reason)
+                print(f"ralph-supervise: the breaker opened for good ({self.breaker.trigger}: {self.breaker.reason}); "
+                      f"run `ralph-supervise reset -w {self.settings.workspace}` to start again", file=sys.stderr)
                 self._finish(2)
         else:
             self._spawn()
