@@ -9,6 +9,7 @@ prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr na
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -301,7 +302,11 @@ def main(argv: list[str]) -> int:
             _out(pattern_table())
             return EXIT_CONTINUE
         text, source = read_ledger_text(opts.ledger)
-        ledger = parse_ledger(text, source)
+        gc.disable()  # a big ledger is 100,000s of acyclic objects: collecting while building them is wasted work
+        try:
+            ledger = parse_ledger(text, source)
+        finally:
+            gc.enable()
         if opts.inject:
             _out(build_injection(ledger, opts.breaker, opts.prune))
             return EXIT_CONTINUE
