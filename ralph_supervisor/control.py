@@ -180,6 +180,8 @@ class ControlServer:
         self._connections: set[asyncio.Task[Any]] = set()
         self._own_uid = os.geteuid()
         self._inode: tuple[int, int] | None = None
+        self._busy_refusals = 0
+        self._busy_logged_at = float("-inf")
 
     @property
     def active_connections(self) -> int:
@@ -242,7 +244,7 @@ class ControlServer:
             if busy:
                 # No read, no drain: a flood must not grow into a flood of waiting tasks. The
                 # short answer fits the socket buffer, so it still reaches a client that reads.
-                log.warning("control_connection_refused", reason="busy", active=len(self._connections))
+                self._note_busy()
                 writer.write(encode_error("supervisor busy: too many control connections"))
                 return
             await self._serve_one(reader, writer)
@@ -256,6 +258,15 @@ class ControlServer:
             if task is not None:
                 self._connections.discard(task)
             await _close_quietly(writer)
+
+    def _note_busy(self) -> None:
+        """Log refused connections at most once a second: a flood must not flood the event log too."""
+        self._busy_refusals += 1
+        now = time.monotonic()
+        if now - self._busy_logged_at >= 1.0:
+            log.warning("control_connection_refused", reason="busy", refused=self._busy_refusals,
+                        active=len(self._connections))
+            self._busy_refusals, self._busy_logged_at = 0, now
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = _peer_credentials(writer)

@@ -122,7 +122,15 @@ def as_int(value: Any) -> int:
 
 
 def as_opt_int(value: Any) -> int | None:
-    return None if value is None or isinstance(value, (list, dict)) else as_int(value)
+    """A number when there is one; None (shown as `?`) for missing or non-numeric values."""
+    if value is None or isinstance(value, (list, tuple, dict)):
+        return None
+    if isinstance(value, str):
+        try:
+            return int(float(value))
+        except ValueError:
+            return None
+    return as_int(value)
 
 
 def as_float(value: Any) -> float | None:

@@ -197,6 +197,7 @@ def test_a_running_supervisor_is_asked_for_status_and_wins_over_the_file(
     claude = next(i for i, line in enumerate(lines) if " claude " in line)
     bash = next(i for i, line in enumerate(lines) if " bash " in line and "stopped" in line)
     assert claude < bash and "87.5" in lines[claude]  # busiest first
+    assert any(line.split()[:2] == ["?", "?"] for line in lines)  # the junk entry: shown, not guessed
     assert iteration_numbers(out) == list(range(6, 21))  # the timeline still comes from events.jsonl
 
 
