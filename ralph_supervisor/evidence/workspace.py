@@ -59,7 +59,7 @@ MODIFY_REHASH_S = 0.25
 """A file still being written is re-hashed at most this often; its close or the iteration end settles it."""
 SYNC_TIMEOUT_S = 1.0
 PRIME_MAX_FILE = 1024 * 1024
-PRIME_MAX_FILES = 200_000
+PRIME_MAX_FILES = 100_000
 PRIME_MAX_BYTES = 512 * 1024 * 1024
 PRIME_CTIME_MARGIN_NS = 100_000_000
 """Files whose inode changed less than this before the watch began are not primed (file times are
@@ -304,6 +304,8 @@ class Workspace:
         self._lock = threading.RLock()
         self._rules = IgnoreRules()
         self._known: dict[str, bytes] = {}
+        self._absent: set[str] = set()
+        """Paths recorded ABSENT: forgotten at the next iteration so `_known` does not grow with churn."""
         self._touched: dict[str, bytes | None] = {}
         self._last_hashed: dict[str, float] = {}
         self._stale: set[str] = set()
@@ -354,6 +356,8 @@ class Workspace:
         if self._started:
             return
         self._started = True
+        if not self.root.is_dir():
+            log.warning("workspace_missing", root=str(self.root), hint="nothing to watch until it exists")
         self._watch_began_ns = time.time_ns()
         self._rules = load_ignore_rules(self.root, state_dir=self.state_dir, extra=self._ignore_patterns)
         if self._mode == "inotify":
@@ -407,8 +411,10 @@ class Workspace:
             self._touched = {}
             self._events_lost = False
             self._refs_before = refs
-            for path in [p for p, state in self._known.items() if state == ABSENT]:
-                del self._known[path]  # an absent path is known to be absent from its next event anyway
+            for path in self._absent:  # a path that comes back announces itself with a create event
+                if self._known.get(path) == ABSENT:
+                    del self._known[path]
+            self._absent.clear()
             self._last_hashed.clear()
 
     def end_iteration(self) -> WorkspaceDelta:
@@ -459,6 +465,8 @@ class Workspace:
             if prev is not None and prev == state:
                 return
             self._known[path] = state
+            if state == ABSENT:
+                self._absent.add(path)
             self._changes.append(now)
         if self._on_change is not None:
             try:
