@@ -503,7 +503,7 @@ def test_parsing_any_bytes_yields_a_request_or_a_control_error(line: bytes) -> N
         assert req["cmd"] in control.COMMANDS
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=20))
