@@ -76,31 +76,48 @@ if "${tmux_cmd[@]}" has-session -t "=$session" 2>/dev/null; then
     die "tmux session '$session' already exists: attach with '${tmux_cmd[*]} attach -t $session', or pick another name with -s"
 fi
 
-# The exported environment, replayed in each pane. Variables that describe the outer terminal or
-# tmux itself are left out: inside the pane, tmux sets its own.
-env_prefix=""
-while IFS= read -r name; do
-    case "$name" in
-        TMUX|TMUX_PANE|TERM|TERM_PROGRAM|TERM_PROGRAM_VERSION|COLORTERM|COLUMNS|LINES|SHLVL|PWD|OLDPWD|_|STY|WINDOW) continue ;;
-    esac
-    [[ "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
-    env_prefix+="export $name=$(quote "${!name-}"); "
-done < <(compgen -e)
+# The exported environment, replayed in each pane from a private file (mode 0600, removed by the pane
+# once read): never through a command line, where API keys would show in `ps` and tmux's pane list.
+# Variables that describe the outer terminal or tmux itself are left out: inside, tmux sets its own.
+write_env_file() {
+    local file name
+    file=$(umask 077 && mktemp "${TMPDIR:-/tmp}/ralph-tmux-env.XXXXXX")
+    while IFS= read -r name; do
+        case "$name" in
+            TMUX|TMUX_PANE|TERM|TERM_PROGRAM|TERM_PROGRAM_VERSION|COLORTERM|COLUMNS|LINES|SHLVL|PWD|OLDPWD|_|STY|WINDOW) continue ;;
+        esac
+        [[ "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+        printf 'export %s=%s\n' "$name" "$(quote "${!name-}")"
+    done < <(compgen -e) > "$file"
+    printf '%s' "$file"
+}
+run_env=$(write_env_file)
+watch_env=$(write_env_file)
 
-run_line="${env_prefix}cd $(quote "$workspace") && exec $(quote_all "${bin[@]}" run -w "$workspace" -- "$@")"
-watch_line="${env_prefix}cd $(quote "$workspace") && exec $(quote_all "${bin[@]}" watch -w "$workspace")"
+pane_line() {  # ENV_FILE ARGS...: the /bin/sh line a pane runs
+    local env_file=$1
+    shift
+    printf '. %s && rm -f %s && cd %s && exec %s' "$(quote "$env_file")" "$(quote "$env_file")" \
+        "$(quote "$workspace")" "$(quote_all "$@")"
+}
+run_line=$(pane_line "$run_env" "${bin[@]}" run -w "$workspace" -- "$@")
+watch_line=$(pane_line "$watch_env" "${bin[@]}" watch -w "$workspace")
 # tmux reads #(...) as a shell command and '#' as the start of a format: a literal '#' is '##'.
 status_line="#($(quote_all "${bin[@]}" status --tmux -w "$workspace" | sed 's/#/##/g'))"
 
 # One tmux invocation: the options are set before a fast-failing command could end its pane.
 # Panes run `/bin/sh -c LINE` directly (not through the user's default-shell, which may be fish).
-"${tmux_cmd[@]}" \
+if ! "${tmux_cmd[@]}" \
     new-session -d -s "$session" -n ralph -c "$workspace" /bin/sh -c "$run_line" \; \
     set-option -w -t "$session:" remain-on-exit on \; \
     set-option -t "$session" status-interval 5 \; \
     set-option -t "$session" status-right-length 80 \; \
     set-option -t "$session" status-right "$status_line" \; \
     split-window -d -v -t "$session:" -c "$workspace" /bin/sh -c "$watch_line"
+then
+    rm -f "$run_env" "$watch_env"
+    die "tmux could not start session '$session'"
+fi
 
 attach="${tmux_cmd[*]} attach -t $session"
 cat <<EOF

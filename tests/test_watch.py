@@ -411,7 +411,7 @@ def tmux_env(tmp_path: Path):
     stub.write_text(STUB)
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
-    env.update(TMUX_TMPDIR=str(tmpdir), RALPH_SUPERVISE_BIN=str(stub), STUB_OUT=str(out))
+    env.update(TMUX_TMPDIR=str(tmpdir), TMPDIR=str(tmpdir), RALPH_SUPERVISE_BIN=str(stub), STUB_OUT=str(out))
     name = f"rt{os.getpid()}"
     try:
         yield env, name, out, stub
@@ -452,6 +452,10 @@ def test_tmux_session_runs_the_supervisor_and_the_live_view_with_a_status_bar(tm
     watch_args = wait_for(out / "watch.args").split(b"\0")[:-1]
     assert [a.decode() for a in watch_args] == ["watch", "-w", str(workspace)]
     assert wait_for(out / "env").decode() == "it's a value;"
+    # The environment travels by private file, never by command line (`ps` shows command lines).
+    started = tmux(env, name, "list-panes", "-t", "loop-1", "-F", "#{pane_start_command}")
+    assert "a value" not in started and "STUB_VAR" not in started
+    assert not list(Path(env["TMPDIR"]).glob("ralph-tmux-env.*"))  # each pane removed its file
 
     panes = tmux(env, name, "list-panes", "-t", "loop-1", "-F", "#{pane_current_path}|#{pane_dead}").splitlines()
     assert panes == [f"{workspace}|0", f"{workspace}|0"]  # the loop and the live view, both alive
