@@ -53,9 +53,12 @@ _CANDIDATE_LITERALS: tuple[str, ...] = (
     "Fatal",
     "FATAL",
 )
-_CANDIDATE_LITERALS_B: tuple[bytes, ...] = tuple(lit.encode() for lit in _CANDIDATE_LITERALS)
-_IS_ERROR_TRUE = re.compile(r'"is_error"\s*:\s*true')
-_IS_ERROR_TRUE_B = re.compile(rb'"is_error"\s*:\s*true')
+_IS_ERROR_TRUE = re.compile(r'"is_error"\s*:\s*true', re.ASCII)
+# For chunks: one regex for the literals holding "rror" (and `"is_error": true`), one `find` pass for each other.
+_RROR_FAMILY_B = re.compile(rb'rror(?::| occurred|"\s*:\s*true|(?<=\]: error)|(?<=Link: error)|(?<=failed with error))')
+# "Fatal|FATAL" as one regex: the engine factors out the common "F" and scans once for both.
+_FATAL_B = re.compile(rb"Fatal|FATAL")
+_SCAN_LITERALS_B: tuple[bytes, ...] = (b"RROR:", b"xception")
 
 # Stage 1 on fragments of a line that is not decodable JSON: an error-named key and, when recognisable, its
 # value (a falsy literal, or a JSON string).
@@ -66,7 +69,6 @@ _ERROR_FIELD = re.compile(
     r")?",
     re.IGNORECASE,
 )
-_ERROR_KEY = re.compile(r"error", re.IGNORECASE)
 
 MAX_ERROR_LINE = 1000
 """Error lines are cut to this many characters: a signature needs the start, not a 2 MB line."""
@@ -101,10 +103,6 @@ def _stage2_block(text: str, out: list[str], report: str | None = None) -> None:
         out.append(_clip(shown[start : end if end >= 0 else len(text)]))
 
 
-def _is_error_key(key: str) -> bool:
-    return _ERROR_KEY.search(key) is not None
-
-
 def _first_non_blank(text: str) -> str:
     return next((line for line in text.split("\n") if line.strip()), "")
 
@@ -118,30 +116,33 @@ def _json_error_lines(value: Any, out: list[str]) -> None:
     so the first line of its `result` (or its `subtype` when there is no text) is kept as an error line.
     """
     stack: list[Any] = [value]
+    pop = stack.pop
+    extend = stack.extend
+    search = _STAGE2_BLOCK.search
     while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if node:
+        node = pop()
+        kind = type(node)
+        if kind is str:
+            if search(node) is not None:  # most strings hold no error: one C call, no Python work
                 _stage2_block(node, out)
-        elif isinstance(node, dict):
-            is_tool_use = node.get("type") == "tool_use"
-            if node.get("type") == "result" and node.get("is_error") is True:
+        elif kind is dict:
+            node_type = node.get("type")
+            if node_type == "result" and node.get("is_error") is True:
                 message = node.get("result")
                 first = _first_non_blank(message) if isinstance(message, str) else ""
                 if not first:
                     subtype = node.get("subtype")
                     first = subtype if isinstance(subtype, str) else "is_error"
                 out.append(_clip(first))
-            children = []
-            for key, child in node.items():
-                if isinstance(key, str) and _is_error_key(key) and not child:
-                    continue
-                if is_tool_use and key == "input":
-                    continue
-                children.append(child)
-            stack.extend(reversed(children))
-        elif isinstance(node, list):
-            stack.extend(reversed(node))
+            children = [
+                child
+                for key, child in node.items()
+                if (child or "error" not in key.lower()) and not (key == "input" and node_type == "tool_use")
+            ]
+            children.reverse()
+            extend(children)
+        elif kind is list:
+            extend(reversed(node))
 
 
 def _decode_json_string(quoted: str) -> str:
@@ -184,6 +185,11 @@ def error_lines(line: str) -> list[str]:
         return []
     if "\n" in line:
         return [found for part in line.split("\n") for found in error_lines(part)]
+    return _candidate_error_lines(line)
+
+
+def _candidate_error_lines(line: str) -> list[str]:
+    """`error_lines` for a line already known to hold a candidate literal (and no "\\n")."""
     out: list[str] = []
     stripped = line.lstrip()
     looks_like_json = stripped[:1] in ("{", "[")
@@ -212,11 +218,26 @@ def is_error_line(line: str) -> bool:
 
 
 def _candidate_line_starts(data: bytes) -> list[int]:
-    """Start offsets of the lines of `data` that hold a candidate literal: one fast scan per literal, and
-    after a hit the scan resumes at the end of that line (a 2 MB line full of "Exception" costs one hit)."""
+    """Start offsets of the lines of `data` that hold a candidate literal.
+
+    Each scan is one pass at C speed and the passes are the cost, so the literals holding "rror" share one
+    regex whose literal prefix lets the engine skip ahead like `bytes.find`, "Fatal" and "FATAL" share another,
+    and the rest get a `find` pass each.
+    After a hit the scan resumes at the end of that line (a 2 MB line full of "Exception" costs one hit).
+    """
     starts: set[int] = set()
     size = len(data)
-    for lit in _CANDIDATE_LITERALS_B:
+    for regex in (_RROR_FAMILY_B, _FATAL_B):
+        pos = 0
+        while pos < size:
+            match = regex.search(data, pos)
+            if match is None:
+                break
+            starts.add(data.rfind(b"\n", 0, match.start()) + 1)
+            pos = data.find(b"\n", match.end())
+            if pos < 0:
+                break
+    for lit in _SCAN_LITERALS_B:
         pos = data.find(lit)
         while pos >= 0:
             starts.add(data.rfind(b"\n", 0, pos) + 1)
@@ -224,28 +245,20 @@ def _candidate_line_starts(data: bytes) -> list[int]:
             if end < 0:
                 break
             pos = data.find(lit, end)
-    pos = 0
-    while pos < size:
-        match = _IS_ERROR_TRUE_B.search(data, pos)
-        if match is None:
-            break
-        starts.add(data.rfind(b"\n", 0, match.start()) + 1)
-        end = data.find(b"\n", match.end())
-        if end < 0:
-            break
-        pos = end
     return sorted(starts)
 
 
 def error_lines_in_chunk(data: bytes) -> list[str]:
     """The error lines of a chunk of whole lines (split on b"\\n"; the caller keeps a partial last line for
     the next chunk). Same result as `error_lines(line.decode("utf-8", "replace"))` over every line, in order,
-    at a fraction of the cost: only lines holding a candidate literal are decoded and parsed."""
+    at a fraction of the cost: only lines holding a candidate literal are decoded and parsed. (The one
+    difference: a JSON string that spells an error word with `\\u` escapes of ASCII letters, which no JSON
+    encoder writes, can be found here and not by `error_lines`.)"""
     out: list[str] = []
     for start in _candidate_line_starts(data):
         end = data.find(b"\n", start)
         raw = data[start : end if end >= 0 else len(data)]
-        out.extend(error_lines(raw.decode("utf-8", errors="replace")))
+        out.extend(_candidate_error_lines(raw.decode("utf-8", errors="replace")))
     return out
 
 
