@@ -16,7 +16,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,10 @@ class ProcessRow:
     pid: int | None
     name: str
     status: str
-    cpu_percent: float
+    cpu_percent: float | None
+    """As the supervisor reported it, or derived from `cpu_seconds` between two frames; None at first."""
+    cpu_seconds: float | None = None
+    """Total CPU time so far, when the supervisor reports it."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ def transitions(records: Iterable[Mapping[str, Any]], limit: int = TRANSITION_RO
 
 
 def processes(status: Mapping[str, Any] | None) -> tuple[ProcessRow, ...]:
-    """The tree's processes, busiest first."""
+    """The tree's processes as reported (`cpu_percent` and/or cumulative `cpu_s`), busiest first."""
     tree = status.get("tree") if status else None
     if not isinstance(tree, list):
         return ()
@@ -225,12 +228,40 @@ def processes(status: Mapping[str, Any] | None) -> tuple[ProcessRow, ...]:
             pid=as_opt_int(p.get("pid")),
             name=as_text(p.get("name"), 40) or "?",
             status=as_text(p.get("status"), 20),
-            cpu_percent=as_float(p.get("cpu_percent")) or 0.0,
+            cpu_percent=as_float(p.get("cpu_percent")),
+            cpu_seconds=as_float(p.get("cpu_s")),
         )
         for p in tree
         if isinstance(p, dict)
     ]
-    return tuple(sorted(rows, key=lambda r: -r.cpu_percent))
+    return busiest_first(rows)
+
+
+def busiest_first(rows: Iterable[ProcessRow]) -> tuple[ProcessRow, ...]:
+    return tuple(sorted(rows, key=lambda r: (-(r.cpu_percent or 0.0), -(r.cpu_seconds or 0.0))))
+
+
+CpuSample = dict[int, tuple[float, float]]
+"""pid -> (cpu seconds, wall time) of the previous frame."""
+
+
+def with_cpu_rates(rows: tuple[ProcessRow, ...], previous: CpuSample, now: float) -> tuple[tuple[ProcessRow, ...], CpuSample]:
+    """Fill a missing `cpu_percent` from the growth of `cpu_seconds` since the previous frame.
+
+    The supervisor may report only cumulative CPU time (cheap for it); the rate is the watcher's
+    business. A new pid, a pid whose time went backwards (reused) or a zero interval gets no rate.
+    """
+    sample: CpuSample = {}
+    out = []
+    for row in rows:
+        if row.pid is not None and row.cpu_seconds is not None:
+            sample[row.pid] = (row.cpu_seconds, now)
+            if row.cpu_percent is None and row.pid in previous:
+                before, then = previous[row.pid]
+                if now > then and row.cpu_seconds >= before:
+                    row = replace(row, cpu_percent=100.0 * (row.cpu_seconds - before) / (now - then))
+        out.append(row)
+    return busiest_first(out), sample
 
 
 def current_iteration(status: Mapping[str, Any] | None, now: float) -> CurrentIteration | None:
@@ -428,21 +459,26 @@ def _transitions_table(rows: tuple[TransitionRow, ...]) -> Table:
 
 
 def _process_table(rows: tuple[ProcessRow, ...], live: bool) -> Table:
-    total = sum(r.cpu_percent for r in rows)
-    title = f"tree: {len(rows)} processes, {total:.0f}% CPU" if rows else "tree"
+    rates = [r.cpu_percent for r in rows if r.cpu_percent is not None]
+    title = f"tree: {len(rows)} processes" if rows else "tree"
+    if rates:
+        title += f", {sum(rates):.0f}% CPU"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("name", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("cpu %", justify="right", no_wrap=True)
+    table.add_column("cpu time", justify="right", no_wrap=True)
     if not rows:
-        table.add_row("", Text("no process list" if live else "no supervisor running", style="dim"), "", "")
+        table.add_row("", Text("no process list" if live else "no supervisor running", style="dim"), "", "", "")
     for row in rows[:PROCESS_ROWS]:
-        style = "yellow" if row.status == "stopped" else ("bold" if row.cpu_percent >= 50 else "")
-        table.add_row(str(row.pid) if row.pid is not None else "?", row.name, row.status, f"{row.cpu_percent:.1f}",
-                      style=style)
+        busy = (row.cpu_percent or 0.0) >= 50
+        style = "yellow" if row.status == "stopped" else ("bold" if busy else "")
+        table.add_row(str(row.pid) if row.pid is not None else "?", row.name, row.status,
+                      "" if row.cpu_percent is None else f"{row.cpu_percent:.1f}",
+                      "" if row.cpu_seconds is None else f"{row.cpu_seconds:.1f}s", style=style)
     if len(rows) > PROCESS_ROWS:
-        table.add_row("", Text(f"… and {len(rows) - PROCESS_ROWS} more", style="dim"), "", "")
+        table.add_row("", Text(f"… and {len(rows) - PROCESS_ROWS} more", style="dim"), "", "", "")
     return table
 
 
@@ -588,6 +624,7 @@ class Watcher:
     state_dir: Path
     _events: JsonlFollower = field(init=False)
     _history: JsonlFollower = field(init=False)
+    _cpu: CpuSample = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished, TIMELINE_ROWS * 4)
@@ -609,6 +646,7 @@ class Watcher:
                 notes.append(follower.error)
             if follower.corrupt_lines:
                 notes.append(f"{follower.corrupt_lines} unreadable line(s) in {follower.path.name} skipped")
+        tree, self._cpu = with_cpu_rates(processes(status), self._cpu, now)
         return Snapshot(
             workspace=str(self.workspace),
             state_dir=str(self.state_dir),
@@ -617,7 +655,7 @@ class Watcher:
             current=current_iteration(status, now),
             iterations=timeline(events),
             transitions=transitions(history),
-            processes=processes(status),
+            processes=tree,
             notes=tuple(notes),
             state_dir_exists=exists,
         )

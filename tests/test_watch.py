@@ -25,6 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rich.console import Console
+
 from ralph_supervisor import watch
 from ralph_supervisor.control import ControlServer
 
@@ -225,6 +227,44 @@ def test_each_refresh_costs_the_supervisor_exactly_one_status_request(tmp_path: 
     assert calls == 3
 
 
+def test_cpu_rate_is_derived_from_cumulative_cpu_time_between_refreshes(tmp_path: Path, state_dir: Path) -> None:
+    """A supervisor may report only `cpu_s` (cheap for it): the view turns two frames into a rate."""
+    cpu = {"value": 10.0}
+
+    async def handler(request: dict[str, Any]) -> dict[str, Any]:
+        status = live_status(os.getpid())
+        status["tree"] = [{"pid": 11, "name": "claude", "cpu_s": cpu["value"]}, {"pid": 12, "name": "bash", "cpu_s": 0.5}]
+        return status
+
+    async def scenario() -> tuple[watch.Snapshot, watch.Snapshot]:
+        server = ControlServer(state_dir / "control.sock", handler)
+        await server.start()
+        try:
+            watcher = watch.Watcher(tmp_path, state_dir)
+            first = await asyncio.to_thread(watcher.snapshot, 1000.0)
+            cpu["value"] = 11.5  # 1.5 s of CPU in 2 s of wall time
+            second = await asyncio.to_thread(watcher.snapshot, 1002.0)
+        finally:
+            await server.close()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert [(p.name, p.cpu_percent) for p in first.processes] == [("claude", None), ("bash", None)]
+    assert [(p.name, p.cpu_percent) for p in second.processes] == [("claude", 75.0), ("bash", 0.0)]
+    console = Console(width=120, file=io.StringIO())
+    console.print(watch.render(second, 1002.0))
+    out = console.file.getvalue()
+    assert "tree: 2 processes, 75% CPU" in out and "75.0" in out and "11.5s" in out
+
+
+def test_a_reused_pid_or_a_new_one_gets_no_made_up_rate() -> None:
+    rows = (watch.ProcessRow(1, "a", "", None, 5.0), watch.ProcessRow(2, "b", "", None, 1.0),
+            watch.ProcessRow(3, "c", "", 12.5, None))
+    rated, sample = watch.with_cpu_rates(rows, {1: (9.0, 10.0), 4: (1.0, 10.0)}, 12.0)
+    assert {r.pid: r.cpu_percent for r in rated} == {1: None, 2: None, 3: 12.5}  # 1 went backwards, 2 is new
+    assert sample == {1: (5.0, 12.0), 2: (1.0, 12.0)}
+
+
 def test_the_follower_reads_only_appended_lines_and_waits_for_unfinished_ones(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     write_jsonl(path, [finished(1), {"event": "noise"}])
@@ -365,8 +405,6 @@ records = st.dictionaries(
 @given(st.lists(records, max_size=6), records, records)
 def test_any_records_render_without_raising(events: list[dict[str, Any]], state: dict[str, Any],
                                             status: dict[str, Any]) -> None:
-    from rich.console import Console
-
     snap = watch.Snapshot(
         workspace="/w", state_dir="/w/.ralph-supervise", breaker=watch.breaker_view(state, status), live=True,
         current=watch.current_iteration(status, NOW), iterations=watch.timeline(events),
