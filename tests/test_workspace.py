@@ -158,6 +158,22 @@ def test_commit_in_a_worktree_counts(tmp_path: Path, watch: Callable[..., Worksp
 
 
 @needs_git
+def test_workspace_below_the_repository_top_still_sees_commits(tmp_path: Path, watch: Callable[..., Workspace]) -> None:
+    repo = git_repo(tmp_path / "repo")
+    sub = repo / "packages" / "app"
+    sub.mkdir(parents=True)
+    ws = watch(sub)
+
+    def work() -> None:
+        (sub / "index.ts").write_text("export {}\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "app")
+
+    delta = iteration(ws, work)
+    assert (delta.paths, delta.commits) == (("index.ts",), 1)
+
+
+@needs_git
 def test_dirty_file_carried_over_does_not_count_again(tmp_path: Path, watch: Callable[..., Workspace]) -> None:
     root = git_repo(tmp_path / "repo")
     ws = watch(root)

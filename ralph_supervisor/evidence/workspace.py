@@ -115,11 +115,18 @@ def count_commits(before: GitRefs, after: GitRefs) -> int:
 
 
 def find_git_dirs(root: Path) -> tuple[Path, Path] | None:
-    """(git dir, common dir) of the repository whose top is `root`, or None when it is not one.
+    """(git dir, common dir) of the repository holding `root` (its top or any folder above), or None.
 
     `.git` may be a directory or, in worktrees and submodules, a file `gitdir: PATH`; a worktree's git
     dir names the shared one in its `commondir` file (refs live there, HEAD in the worktree's own).
     """
+    for top in (root, *root.parents):
+        if os.path.lexists(top / ".git"):
+            return _git_dirs_at(top)
+    return None
+
+
+def _git_dirs_at(root: Path) -> tuple[Path, Path] | None:
     dot_git = root / ".git"
     if dot_git.is_dir():
         git_dir = dot_git
