@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from tests.helpers.trees import subreaper, wait_for  # noqa: F401 - subreaper is a fixture
@@ -80,3 +82,41 @@ def test_exit_code_of_a_raw_status() -> None:
     _, status = os.waitpid(proc.pid, 0)
     proc.returncode = -15
     assert exit_code_of(status) == 143
+
+
+def test_commands_the_supervisor_runs_itself_keep_their_exit_status(subreaper: Reaper, tmp_path: Path) -> None:
+    """subprocess.run() in a thread (git, notify) while the Reaper reaps in a loop: run() gets its real
+    code, because a child in our own session is never the tree's and the Reaper leaves it alone."""
+    tree_child = spawn(["sh", "-c", "sleep 0.2; exit 4"], tmp_path)
+    subreaper.adopt(tree_child)
+    results: list[int] = []
+    worker = threading.Thread(
+        target=lambda: results.extend(subprocess.run(["sh", "-c", f"sleep 0.{n}; exit {n}"]).returncode
+                                      for n in range(1, 4))
+    )
+    worker.start()
+    while worker.is_alive():
+        subreaper.reap()
+        time.sleep(0.002)
+    assert results == [1, 2, 3]
+    assert _reap_until_known(subreaper, tree_child.pid) == 4
+    tree_child.communicate()
+
+
+def test_a_child_left_alone_is_waited_for_by_its_owner(subreaper: Reaper, tmp_path: Path) -> None:
+    hook = subprocess.Popen(["sh", "-c", "exit 6"], start_new_session=True)
+    subreaper.leave_alone(hook.pid)
+    wait_for(lambda: _zombies_of(os.getpid()) == [hook.pid], 5, "the hook to exit")
+    assert subreaper.reap() == {}
+    assert hook.wait(5) == 6
+
+
+def test_a_foreign_zombie_nobody_waits_for_is_reaped_after_the_grace(tmp_path: Path) -> None:
+    reaper = Reaper(foreign_grace=0.2)
+    lost = subprocess.Popen(["sh", "-c", "exit 2"])  # our session, and nobody will wait for it
+    wait_for(lambda: lost.pid in _zombies_of(os.getpid()), 5, "the zombie")
+    assert reaper.reap(now=100.0) == {}
+    assert reaper.reap(now=100.1) == {}
+    assert reaper.reap(now=100.3) == {lost.pid: 2}
+    assert _zombies_of(os.getpid()) == []
+    lost.returncode = 2  # Popen must not wait for what is gone

@@ -1,8 +1,19 @@
-"""The one place that calls waitpid.
+"""The one place that reaps the tree's processes.
 
 The supervisor is the child subreaper: every orphan of the tree re-parents to it and turns into a
-zombie of ours when it exits. Something must reap them all, and only one thing may: a second waiter
-(Popen.wait, psutil's wait) would steal exit statuses from it, or reap a recycled PID by mistake.
+zombie of ours when it exits. Something must reap them all, and only one thing may for each process:
+a second waiter would steal exit statuses, or reap a recycled PID by mistake.
+
+The supervisor also runs short commands of its own (git, notifications, hooks) through subprocess,
+whose Popen.wait() must get the real exit status. `waitpid(-1)` would steal it (Popen then silently
+reports 0). So the Reaper peeks first (waitid with WNOWAIT) and only reaps what is the tree's:
+
+- A process in the supervisor's own session is never the tree's: the tree starts in a new session
+  (spawn() uses setsid) and no process can join an existing session. subprocess.run() children stay
+  in our session, so they are left to their Popen.
+- A pid given to leave_alone() (a hook started with start_new_session, say) is left to its owner.
+- Either kind is reaped after all once it has been a zombie for `foreign_grace` seconds: nobody is
+  waiting for it, and a zombie must not linger forever.
 """
 
 from __future__ import annotations
@@ -10,9 +21,12 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from collections import OrderedDict
 
 import structlog
+
+from ralph_supervisor.process.linux import read_stat
 
 log = structlog.get_logger(__name__)
 
@@ -24,56 +38,142 @@ def exit_code_of(status: int) -> int:
 
 
 class Reaper:
-    """Reaps every child that has exited and remembers the last `memory` exit codes."""
+    """Reaps the tree's exited processes and remembers the last `memory` exit codes."""
 
-    def __init__(self, memory: int = 4096) -> None:
+    def __init__(self, memory: int = 4096, foreign_grace: float = 30.0) -> None:
         self._memory = memory
+        self._foreign_grace = foreign_grace
+        self._session = os.getsid(0)
+        self._me = os.getpid()
         self._codes: OrderedDict[int, int] = OrderedDict()
         self._adopted: dict[int, subprocess.Popen[bytes]] = {}
+        self._left_alone: set[int] = set()
+        self._foreign_since: dict[int, float] = {}
         self._lock = threading.Lock()
+        self._reaping = threading.Lock()
 
     def adopt(self, popen: subprocess.Popen[bytes]) -> None:
-        """Let the Reaper set popen.returncode when it reaps that child.
+        """Let the Reaper set popen.returncode when it reaps that child (the spawned command).
 
         Without this, Popen would later waitpid() the PID itself (in poll() or its finaliser) and
         could reap an unrelated process that reused the number.
         """
         with self._lock:
             if popen.pid in self._codes:
-                code = self._codes[popen.pid]
-                popen.returncode = code  # exact signal lost once remembered; the code is what we report
+                popen.returncode = self._codes[popen.pid]
             else:
                 self._adopted[popen.pid] = popen
 
-    def reap(self) -> dict[int, int]:
-        """Reap every exited child without blocking; return {pid: exit code} of this round."""
-        reaped: dict[int, int] = {}
-        raw: dict[int, int] = {}
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
+    def leave_alone(self, pid: int) -> None:
+        """A child of ours in another session whose owner waits for it itself (e.g. a hook)."""
+        with self._lock:
+            self._left_alone.add(pid)
+
+    def reap(self, now: float | None = None) -> dict[int, int]:
+        """Reap every exited process that is the tree's, without blocking; return {pid: exit code}."""
+        now = time.monotonic() if now is None else now
+        reaped: dict[int, tuple[int, int]] = {}
+        with self._reaping:
+            while True:
+                try:
+                    info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:
+                    break
+                if info is None:
+                    break
+                if self._is_ours(info.si_pid, now):
+                    if not self._collect(info.si_pid, reaped):
+                        break
+                    continue
+                # The first waitable child is someone else's: find the others by listing our zombies.
+                for pid in _zombie_children(self._me):
+                    if pid != info.si_pid and self._is_ours(pid, now):
+                        self._collect(pid, reaped)
                 break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for safety
-                continue
-            if pid == 0:
-                break
-            reaped[pid] = exit_code_of(status)
-            raw[pid] = os.waitstatus_to_exitcode(status)
+            self._forget_departed_foreigners()
         if reaped:
-            with self._lock:
-                for pid, code in reaped.items():
-                    self._codes.pop(pid, None)
-                    self._codes[pid] = code
-                    popen = self._adopted.pop(pid, None)
-                    if popen is not None:
-                        popen.returncode = raw[pid]  # Popen's convention: -N for signal N
-                while len(self._codes) > self._memory:
-                    self._codes.popitem(last=False)
-        return reaped
+            self._remember(reaped)
+        return {pid: code for pid, (code, _) in reaped.items()}
 
     def exit_code(self, pid: int) -> int | None:
         """The remembered exit code of a reaped pid (None: not reaped yet, or forgotten)."""
         with self._lock:
             return self._codes.get(pid)
 
+    # --- inside --------------------------------------------------------------------------------
+
+    def _is_ours(self, pid: int, now: float) -> bool:
+        with self._lock:
+            if pid in self._adopted:
+                return True
+            foreign = pid in self._left_alone
+        if not foreign:
+            stat = read_stat(pid)
+            foreign = stat is not None and stat.sid == self._session
+        if not foreign:
+            return True
+        since = self._foreign_since.setdefault(pid, now)
+        if now - since >= self._foreign_grace:
+            log.warning("reaped_unclaimed_child", pid=pid, zombie_for_s=round(now - since, 1))
+            return True
+        return False
+
+    def _collect(self, pid: int, reaped: dict[int, tuple[int, int]]) -> bool:
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # its owner was quicker
+            return False
+        if got == 0:
+            return False
+        reaped[pid] = (exit_code_of(status), os.waitstatus_to_exitcode(status))
+        self._foreign_since.pop(pid, None)
+        return True
+
+    def _remember(self, reaped: dict[int, tuple[int, int]]) -> None:
+        with self._lock:
+            for pid, (code, popen_code) in reaped.items():
+                self._codes.pop(pid, None)
+                self._codes[pid] = code
+                self._left_alone.discard(pid)
+                popen = self._adopted.pop(pid, None)
+                if popen is not None:
+                    popen.returncode = popen_code  # Popen's convention: -N for signal N
+            while len(self._codes) > self._memory:
+                self._codes.popitem(last=False)
+
+    def _forget_departed_foreigners(self) -> None:
+        """Drop bookkeeping for foreign children their owners have reaped (keeps the sets bounded)."""
+        if not self._foreign_since and len(self._left_alone) < 64:
+            return
+        for pid in list(self._foreign_since):
+            if not _is_child(pid, self._me):
+                del self._foreign_since[pid]
+        with self._lock:
+            for pid in list(self._left_alone):
+                if not _is_child(pid, self._me):
+                    self._left_alone.discard(pid)
+
+
+def _is_child(pid: int, parent: int) -> bool:
+    stat = read_stat(pid)
+    return stat is not None and stat.ppid == parent
+
+
+def _zombie_children(parent: int) -> list[int]:
+    """Our exited, unreaped children (any thread's), from /proc/PID/task/*/children."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{parent}/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{parent}/task/{tid}/children", "rb") as fh:
+                children = fh.read().split()
+        except OSError:
+            continue
+        for raw in children:
+            stat = read_stat(int(raw))
+            if stat is not None and stat.state == "Z":
+                pids.append(stat.pid)
+    return pids

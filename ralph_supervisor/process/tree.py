@@ -233,7 +233,10 @@ class ProcessTree:
     def pause(self) -> int:
         """SIGSTOP every member, parents first, re-scanning until no newcomer shows up; return the
         number stopped. Returns once they all report stopped (bounded: a process in uninterruptible
-        sleep stops only when it leaves it)."""
+        sleep stops only when it leaves it).
+
+        Clocks keep running while paused: GNU `timeout` around an agent call counts the pause, so a
+        pause longer than the call's timeout ends that call right after resume()."""
         stopped: dict[tuple[int, int], ProcStat] = {}
         for _ in range(50):
             fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
