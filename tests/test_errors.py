@@ -134,6 +134,11 @@ def test_truncated_json_line_still_yields_errors_from_its_escaped_text() -> None
     assert error_lines(full[:120]) == ["Error: Failed to compile src/main.ts"]
 
 
+def test_truncated_json_line_reports_the_right_sub_line_after_an_error_field_with_escapes() -> None:
+    full = json.dumps({"error": "first\nsecond", "is_error": False, "result": "a\nError: Failed to compile src/main.ts\nb" + "x" * 50})
+    assert error_lines(full[:-20]) == ["Error: Failed to compile src/main.ts"]
+
+
 def test_non_decodable_line_drops_falsy_error_fields_not_the_whole_line() -> None:
     assert error_lines('  "is_error": false, "status": "done"') == []
     # Ralph drops this whole line; the error after the falsy field is still an error.

@@ -6,11 +6,12 @@ the whole reply is one line holding `"is_error":`, so stage 1 throws the reply a
 Here stage 1 works on JSON *fields*: a decodable JSON line is decoded, error-named keys with falsy values are
 dropped, and stage 2 runs over every line of the string values that remain (the reply, tool results, nested
 message content). Lines that are not decodable JSON keep Ralph's semantics with the same fix applied to the
-fragments: falsy error fields are cut out, the text of error fields with a string value is checked line by line,
-and the rest of the line goes through stage 2.
+fragments: error fields are blanked out, the text of error fields with a string value is checked line by line,
+and the rest of the line goes through stage 2. Ralph's own vectors keep their verdicts.
 
-Everything here is pure. The output tap calls `error_lines_in_chunk` on whole chunks of bytes: one cheap
-literal scan finds the few lines that could be errors, and only those are decoded and parsed.
+Everything here is pure. The output tap calls `error_lines_in_chunk` on whole chunks of bytes: four scans at
+C speed find the few lines that could be errors (every stage-2 match needs one of a handful of literals), and
+only those lines are decoded and parsed.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ _ERROR_FIELD = re.compile(
     r")?",
     re.IGNORECASE,
 )
+
+_BLANKABLE = re.compile(r"[^\\n]")
 
 MAX_ERROR_LINE = 1000
 """Error lines are cut to this many characters: a signature needs the start, not a 2 MB line."""
@@ -166,7 +169,8 @@ def _fragment_error_lines(line: str, looks_like_json: bool, out: list[str]) -> N
         quoted = match.group("string")
         if quoted is not None:
             _stage2_block(_decode_json_string(quoted), in_values)
-        return " " * (match.end() - match.start())  # blank, not remove: positions stay those of `line`
+        # Blank, not remove, and keep "\\" and "n": positions and "\\n" escapes stay those of `line`.
+        return _BLANKABLE.sub(" ", match.group(0))
 
     rest = _ERROR_FIELD.sub(cut, line) if '"' in line else line
     if looks_like_json:
