@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.helpers.trees import (  # noqa: F401 - subreaper is a fixture
     BUSY_LOOP,
@@ -305,3 +307,36 @@ def test_walk_orders_parents_before_children_and_prunes_excluded_subtrees(exclud
     table = [stat(5, 3), stat(3, 1), stat(2, 1), stat(4, 2), stat(6, 2, "Z"), stat(9, 8)]
     found = walk(table, [1], exclude=(lambda pid: pid == 2) if excluded else None)
     assert [s.pid for s in found] == ([3, 5] if excluded else [3, 2, 5, 4])
+
+
+@st.composite
+def process_tables(draw: st.DrawFn) -> list[tuple[int, int, bool]]:
+    """(pid, ppid, alive) rows of a random forest under the roots 1 and 0, in a random order."""
+    count = draw(st.integers(0, 40))
+    rows = []
+    for pid in range(2, count + 2):
+        ppid = draw(st.sampled_from([0, 1, *range(2, pid)]))
+        rows.append((pid, ppid, draw(st.booleans()) or draw(st.booleans())))
+    return draw(st.permutations(rows))
+
+
+@given(process_tables())
+def test_walk_finds_exactly_the_live_descendants_parents_first(rows: list[tuple[int, int, bool]]) -> None:
+    from ralph_supervisor.process.linux import ProcStat
+
+    table = [ProcStat(pid=pid, name="p", state="S" if alive else "Z", ppid=ppid, pgid=pid, sid=pid,
+                      cpu_ticks=0, start_ticks=pid) for pid, ppid, alive in rows]
+    parent = {pid: ppid for pid, ppid, _ in rows}
+    alive = {pid: ok for pid, _, ok in rows}
+
+    def expected(pid: int) -> bool:
+        while pid not in (0, 1):
+            if not alive[pid]:
+                return False
+            pid = parent[pid]
+        return pid == 1
+
+    found = [s.pid for s in walk(table, [1])]
+    assert sorted(found) == sorted(pid for pid, _, _ in rows if expected(pid))
+    position = {pid: i for i, pid in enumerate(found)}
+    assert all(parent[pid] == 1 or position[parent[pid]] < position[pid] for pid in found)

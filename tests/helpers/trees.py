@@ -115,12 +115,14 @@ def wait_for_members(tree: ProcessTree, count: int, timeout: float = 15.0) -> No
 
 @pytest.fixture
 def subreaper() -> Iterator[Reaper]:
-    """Make pytest the child subreaper for one test; kill and reap everything below it afterwards."""
+    """Make pytest the child subreaper for one test; kill and reap what the test left below it afterwards
+    (processes that were already below pytest before the test are left alone)."""
     assert set_child_subreaper(True)
     reaper = Reaper()
+    before = {m.pid for m in ProcessTree(os.getpid(), reaper).scan()}
     try:
         yield reaper
     finally:
-        ProcessTree(os.getpid(), reaper).kill_now()
+        ProcessTree(os.getpid(), reaper, exclude=lambda pid: pid in before).kill_now()
         reaper.reap()
         set_child_subreaper(False)
