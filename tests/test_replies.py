@@ -61,6 +61,20 @@ def test_json_is_error_result_is_a_failed_call_without_reply() -> None:
     assert out.message.startswith("API Error: 500")
 
 
+def test_error_subtype_result_is_a_failed_call() -> None:
+    text = json.dumps({"type": "result", "subtype": "error_max_turns", "is_error": False, "session_id": "s", "num_turns": 50})
+    out = parse_agent_output(text)
+    assert out.failed and out.reply is None
+
+
+def test_result_without_usage_takes_tokens_from_the_stream() -> None:
+    events = [
+        {"type": "assistant", "message": {"id": "m1", "content": [], "usage": {"input_tokens": 5, "output_tokens": 7}}},
+        {"type": "result", "is_error": False, "result": "ok"},
+    ]
+    assert parse_agent_output("\n".join(json.dumps(e) for e in events)).tokens == 12
+
+
 def test_no_result_object_is_a_failed_call() -> None:
     out = parse_agent_output("starting...\nsome log line\n")
     assert out.mode == "text"

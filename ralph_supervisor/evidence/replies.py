@@ -264,7 +264,9 @@ class AgentOutput:
     is_error: bool | None
     """The result object's `is_error`; None without a result object (text mode, or no result)."""
     tokens: int
-    """Input + output tokens of the call's usage (see `cache_tokens` for the rest)."""
+    """`input_tokens + output_tokens` of the result's usage (summed per message when the stream has no result).
+    Cache tokens are kept apart in `cache_tokens`: they are the same context re-read on every turn (tens of
+    thousands per call), billed at a fraction, and would swamp budgets stated in loop-cost's terms."""
     session_id: str
     status: dict[str, str] = field(default_factory=dict)
     exit_signal: bool = False
@@ -364,9 +366,12 @@ def parse_agent_output(text: str, timed_out: bool = False) -> AgentOutput:
         is_error = result["is_error"] if isinstance(result.get("is_error"), bool) else None
         denials = result.get("permission_denials")
         permission_denials = len(denials) if isinstance(denials, list) else 0
-        tokens, cache_tokens = _usage_tokens(result.get("usage"))
+    if result is not None and isinstance(result.get("usage"), dict):
+        tokens, cache_tokens = _usage_tokens(result["usage"])
     else:
         tokens, cache_tokens = _stream_usage(claude_events)
+    subtype = result.get("subtype") if result is not None else None
+    error_subtype = isinstance(subtype, str) and subtype.startswith("error")  # error_max_turns, error_during_execution
 
     # Evidence of a limit or a blocked error, from error positions only.
     limit_text = ""
@@ -386,10 +391,12 @@ def parse_agent_output(text: str, timed_out: bool = False) -> AgentOutput:
             limit_text = line
 
     result_is_limit_message = result is not None and _classify_event(result)[0] is not None
-    succeeded = result is not None and is_error is not True and not result_is_limit_message and not timed_out
+    succeeded = (
+        result is not None and is_error is not True and not error_subtype and not result_is_limit_message and not timed_out
+    )
     blocked = bool(blocked_reason) and not succeeded
     usage_limited = bool(limit_text) and not succeeded and not blocked
-    failed = (result is None or is_error is True or timed_out or blocked) and not usage_limited
+    failed = (not succeeded or blocked) and not usage_limited
 
     status = parse_status_block(result_text)
     reply = None if (failed or usage_limited or blocked) else strip_status_block(result_text)
