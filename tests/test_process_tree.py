@@ -170,10 +170,13 @@ def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again
     subreaper: Reaper, tmp_path: Path
 ) -> None:
     tree = ProcessTree(os.getpid(), subreaper)
-    script = f"bash -c '{BUSY_LOOP}' & ( setsid sleep 1000 & ) ; setsid sleep 1000 & sleep 1000 & wait"
+    busy_pid = tmp_path / "busy.pid"
+    script = (f"bash -c 'echo $$ > {busy_pid}; {BUSY_LOOP}' & ( setsid sleep 1000 & ) ; "
+              "setsid sleep 1000 & sleep 1000 & wait")
     _start(subreaper, ["bash", "-c", script], tmp_path)
+    wait_for(lambda: busy_pid.exists() and busy_pid.read_text().strip() != "", 10, "the busy loop")
     wait_for_members(tree, 5)
-    busy = next(m for m in tree.scan() if m.name == "bash" and m.ppid != os.getpid())
+    busy = next(m for m in tree.scan() if m.pid == int(busy_pid.read_text()))
     wait_for(lambda: tree.cpu_seconds([busy.pid]) > 0.02, 10, "the busy loop to burn some CPU")
 
     count = tree.pause()
