@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import structlog
 
@@ -339,7 +339,8 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0) -> HookResult:
+def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0,
+             on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None) -> HookResult:
     """Run `cmd` through the shell with the decision JSON on stdin, for at most `timeout` seconds.
 
     The hook gets its own session, so its whole process group can be killed: on timeout, and also
@@ -347,6 +348,8 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0) 
     command; to start something lasting it must detach on purpose, e.g. with `setsid`). We never wait
     for EOF on its pipes, so a background child holding stderr open cannot hang us. Its stdout is
     discarded; the last few KB of its stderr come back in `stderr_tail` for the `hook_failed` event.
+    `on_spawn` sees the process first: the supervisor keeps it out of the supervised tree and lets
+    its reaper (the one waitpid caller) hand the exit status back.
     """
     data = decision_json.encode("utf-8")
     try:
@@ -355,6 +358,8 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0) 
                                 start_new_session=True)
     except OSError as exc:
         return HookResult(ok=False, code=None, timed_out=False, stderr_tail=f"cannot start hook: {exc}")
+    if on_spawn is not None:
+        on_spawn(proc)
     assert proc.stdin is not None and proc.stderr is not None
     deadline = time.monotonic() + max(0.0, timeout)
     tail = bytearray()

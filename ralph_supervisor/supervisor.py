@@ -48,6 +48,7 @@ HISTORY_MAX_BYTES = 1_000_000
 HISTORY_TOTAL_BYTES = 5_000_000
 RECENT_REPORTS = 20
 HANDOFF_MAX_BYTES = 8 << 20
+SETTLE_SECONDS = 0.15
 
 
 def thresholds_from(settings: Settings) -> Thresholds:
@@ -101,7 +102,9 @@ class Supervisor:
         self.child: ChildInfo | None = None
         self.reports: deque[IterationReport] = deque(maxlen=RECENT_REPORTS)
         self._signals = 0
-        self._finishing = False
+        self._finishing: asyncio.Task[None] | None = None
+        """The report of the call that just ended is being put together (late output, late file events)."""
+        self._settle: asyncio.Event | None = None
         self._stopping_tree = False
         self._last_tree_size = 0
         self._cpu_seen: dict[tuple[int, float], float] = {}
@@ -222,7 +225,7 @@ class Supervisor:
         self._on_sigchld()
         for task in list(self._background):
             try:
-                await asyncio.wait_for(task, 5)
+                await asyncio.wait_for(task, max(5.0, self.settings.hook_timeout + 2))
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
         if self.control is not None:
@@ -303,7 +306,7 @@ class Supervisor:
         await self.tap.wait_closed(timeout=1.0)
         if self.tree.scan():
             await self._stop_tree("child_exited")
-        await self._finish_call(self.tracker.current, completed_by_exit=True)
+        await self._finish_call(self.tracker.current)
         self._finish(code)
 
     def _on_signal(self, signum: int) -> None:
@@ -410,7 +413,7 @@ class Supervisor:
         self.tailer.poll()
         members = self.tree.scan() if not self._stopping_tree else []
         self._record_members(members)
-        if self.tracker.marker is None and not self._finishing and not self._stopping_tree:
+        if self.tracker.marker is None and not self._stopping_tree:
             await self._track_agent_calls(members, now)
         silent_since = self._silent_since(members, now)
         decision = self.breaker.tick(now, silent_since=silent_since)
@@ -455,13 +458,19 @@ class Supervisor:
         live = {(m.pid, m.create_time) for m in members}
         if call is not None and call.pid is not None:
             if (call.pid, call.create_time) not in live:
-                await self._finish_call(call)
+                self._finishing = asyncio.ensure_future(self._finish_call(call))
+                self._finishing.add_done_callback(_log_task_error)
             return
         if self._paused:
             return
         candidates = [(m.pid, m.create_time, *self._identity(m)) for m in members]
         found = self.tracker.new_call_candidate(candidates)
         if found is not None:
+            if self._finishing is not None and not self._finishing.done():
+                # A new call began: the previous one's report cannot wait for stragglers any longer.
+                if self._settle is not None:
+                    self._settle.set()
+                await asyncio.shield(self._finishing)
             pid, ctime = found
             self.tracker.ignore_process(pid, ctime)
             self._begin_call(now, pid, ctime)
@@ -506,19 +515,20 @@ class Supervisor:
         start = call.started_wall if call is not None else self._started_wall
         return max(start, last_output, self._last_change, self._last_cpu_active)
 
-    async def _finish_call(self, call: CallEvidence | None, completed_by_exit: bool = False) -> None:
+    async def _finish_call(self, call: CallEvidence | None) -> None:
+        """The call ended: wait for its last output and file events (briefly), then report it."""
         if call is None:
             return
-        self._finishing = True
+        ended = time.time()
+        self.tracker.finish()
+        self.tailer.poll()
+        await asyncio.to_thread(self.queue.wait_done, self.tap.last_seq, 5.0)
+        self._settle = settle = asyncio.Event()
         try:
-            ended = time.time()
-            self.tracker.finish()
-            self.tailer.poll()
-            await asyncio.to_thread(self.queue.wait_done, self.tap.last_seq, 5.0)
-            await asyncio.sleep(0.15)  # file events of the call's last writes are still on their way
-            await self._report_call(call, ended)
-        finally:
-            self._finishing = False
+            await asyncio.wait_for(settle.wait(), SETTLE_SECONDS)  # the watcher's events trail the writes
+        except asyncio.TimeoutError:
+            pass
+        await self._report_call(call, ended)
 
     async def _report_call(self, call: CallEvidence, ended: float) -> None:
         from ralph_supervisor.evidence.replies import parse_agent_output
@@ -561,7 +571,6 @@ class Supervisor:
         action = decision.action
         if action in ("open", "final"):
             self._write_escalation(decision)
-            self._run_hook(decision)
             if decision.final or self.settings.on_open == "stop" or decision.trigger == "blocked":
                 await self._stop_tree("breaker_final")
                 self._finish(2)
@@ -570,6 +579,7 @@ class Supervisor:
                 await self._stop_tree("breaker_open")
             else:
                 await self._pause_tree()
+            self._run_hook(decision)  # after the tree action, so the hook is never frozen or stopped with it
         elif action == "half_open":
             await self._start_trial()
         self._save_state()
@@ -666,9 +676,13 @@ class Supervisor:
         payload = json.dumps({**decision.to_dict(), "workspace": str(self.settings.workspace),
                               "state_dir": str(self.state_dir)})
 
+        def spawned(popen: Any) -> None:
+            self._hook_pids.add(popen.pid)  # not part of the supervised tree
+            self.reaper.adopt(popen)
+
         async def go() -> None:
             result = await asyncio.to_thread(run_hook, cmd, payload, cwd=self.settings.workspace,
-                                             timeout=self.settings.hook_timeout)
+                                             timeout=self.settings.hook_timeout, on_spawn=spawned)
             if not result.ok:
                 log.warning("hook_failed", command=cmd, code=result.code, timed_out=result.timed_out,
                             stderr=result.stderr_tail, iteration=decision.iteration)
