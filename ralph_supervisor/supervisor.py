@@ -134,6 +134,11 @@ class Supervisor:
         self.subreaper = set_child_subreaper()
         self.reaper = Reaper()
         self._hook_pids: set[int] = set()
+        from ralph_supervisor.process.orphans import MemberRecord, new_marker
+
+        self._tree_marker = new_marker()  # NAME=value, put into the child's environment
+        self._member_record = MemberRecord(self.state_dir / store.TREE_FILE, marker=self._tree_marker)
+        self._record_failed = False
         self.tree = ProcessTree(os.getpid(), self.reaper, exclude=lambda pid: pid in self._hook_pids)
         self._install_signals()
 
@@ -240,9 +245,7 @@ class Supervisor:
         self.sd.stopping()
         self.child_log.close()
         self.history.close()
-        from ralph_supervisor.process.orphans import MemberRecord
-
-        MemberRecord(self.state_dir / store.TREE_FILE).clear()
+        self._member_record.clear()
 
     def _finish(self, code: int) -> None:
         if self.exit_code is not None and not self.exit_code.done():
@@ -264,6 +267,8 @@ class Supervisor:
 
         env = dict(environment_for_child(os.environ))
         env["RALPH_SUPERVISE"] = "1"
+        name, _, value = self._tree_marker.partition("=")
+        env[name] = value  # lets a successor find orphans started after the last record
         env["RALPH_SUPERVISE_STATE_DIR"] = str(self.state_dir)
         try:
             popen = spawn(list(settings.command), settings.workspace, env)
@@ -423,19 +428,19 @@ class Supervisor:
         self._write_metrics_textfile()
 
     def _record_members(self, members: list[Any]) -> None:
+        """Keep `tree.json` current (cheap when unchanged) so a successor can sweep what we leave."""
         size = len(members)
         if size != self._last_tree_size:
             self._last_tree_size = size
             if self.metrics is not None:
                 self.metrics.tree_size(size)
-            try:
-                from ralph_supervisor.process.orphans import MemberRecord
-
-                if not hasattr(self, "_member_record"):
-                    self._member_record = MemberRecord(self.state_dir / store.TREE_FILE)
-                self._member_record.record(members)
-            except OSError as exc:
+        try:
+            self._member_record.record(members)
+            self._record_failed = False
+        except OSError as exc:
+            if not self._record_failed:
                 log.warning("tree_record_failed", error=str(exc))
+            self._record_failed = True
 
     def _identity(self, member: Any) -> tuple[str, tuple[str, ...]]:
         """Name and command line, cached per process image (an exec, e.g. a pyenv shim, changes the name)."""
@@ -678,7 +683,7 @@ class Supervisor:
 
         def spawned(popen: Any) -> None:
             self._hook_pids.add(popen.pid)  # not part of the supervised tree
-            self.reaper.adopt(popen)
+            self.reaper.leave_alone(popen.pid)  # run_hook waits for it itself
 
         async def go() -> None:
             result = await asyncio.to_thread(run_hook, cmd, payload, cwd=self.settings.workspace,
