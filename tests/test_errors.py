@@ -17,7 +17,6 @@ from ralph_supervisor.evidence.errors import (
     error_set,
     repeats,
 )
-from ralph_supervisor.signature import error_signature
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agent"
 

@@ -101,7 +101,8 @@ _ERROR_SHAPED = re.compile(
     r"^\s*(?:\[[^\]]*\]\s*)*(?:"
     r"API Error|Error:|error:|ERROR\b|Fatal:|FATAL\b|Claude AI usage limit|Invalid API key|Not logged in"
     r"|Please run /login|Credit balance|You've hit your|You're out of|You have reached|(?:5|five)-hour limit"
-    r"|(?:Session|Weekly|Daily|Opus|Sonnet) limit|Rate limit|Usage limit|HTTP \d{3}|\d{3} (?:Too Many|Unauthorized|Forbidden)"
+    r"|(?:Session|Weekly|Daily|Opus|Sonnet) limit|Rate limit|Usage limit"
+    r"|HTTP \d{3}|\d{3} (?:Too Many|Unauthorized|Forbidden)"
     r")"
 )
 _STATUS_USAGE = frozenset({429, 529})
@@ -392,7 +393,11 @@ def parse_agent_output(text: str, timed_out: bool = False) -> AgentOutput:
 
     result_is_limit_message = result is not None and _classify_event(result)[0] is not None
     succeeded = (
-        result is not None and is_error is not True and not error_subtype and not result_is_limit_message and not timed_out
+        result is not None
+        and is_error is not True
+        and not error_subtype
+        and not result_is_limit_message
+        and not timed_out
     )
     blocked = bool(blocked_reason) and not succeeded
     usage_limited = bool(limit_text) and not succeeded and not blocked
