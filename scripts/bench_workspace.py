@@ -194,6 +194,7 @@ def memory_over_iterations(root: Path, iterations: int) -> tuple[float, float, f
     removes the previous one and edits a fixed one, then ends (a barrier round-trip)."""
     ws = Workspace(root, state_dir=root / ".ralph-supervise")
     ws.start()
+    ws.wait_primed(120)  # priming fills the hash table once; measure the steady state after it
     proc = psutil.Process()
     scratch = root / "src" / "scratch"
     scratch.mkdir(exist_ok=True)

@@ -64,7 +64,8 @@ PRIME_MAX_BYTES = 512 * 1024 * 1024
 PRIME_CTIME_MARGIN_NS = 100_000_000
 """Files whose inode changed less than this before the watch began are not primed (file times are
 stamped from a coarse clock, a few ms behind `time.time_ns()`)."""
-CHANGE_HISTORY = 100_000
+CHANGE_HISTORY = 10_000
+"""Change times kept for `changes_since` (stall detection only asks "any change lately?")."""
 
 ABSENT = b""
 """The state of a path that does not exist (a real state, unlike `None` = never seen)."""
