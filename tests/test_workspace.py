@@ -544,3 +544,20 @@ def test_inotify_instance_limit_falls_back_to_polling(tmp_path: Path) -> None:
     result, output = run_with_inotify_limit(tmp_path, "max_inotify_instances", 0)
     assert result == {"mode_at_start": "polling", "mode": "polling", "paths": ["a/late.txt", "new/deeper/file.txt"]}
     assert output.count("watcher_fallback") == 1
+
+
+def test_a_failing_on_change_callback_does_not_stop_the_watcher(tmp_path: Path, watch: Callable[..., Workspace]) -> None:
+    root = tmp_path / "plain"
+    root.mkdir()
+
+    def explode(change: Change) -> None:
+        raise RuntimeError("supervisor bug")
+
+    ws = watch(root, on_change=explode)
+    assert iteration(ws, lambda: (root / "a.txt").write_text("a")).paths == ("a.txt",)
+    assert iteration(ws, lambda: (root / "b.txt").write_text("b")).paths == ("b.txt",)
+
+
+def test_missing_workspace_folder_does_not_crash(tmp_path: Path, watch: Callable[..., Workspace]) -> None:
+    ws = watch(tmp_path / "does-not-exist")
+    assert iteration(ws, lambda: None) == WorkspaceDelta(0, (), 0, "", "")
