@@ -1,0 +1,257 @@
+"""The whole tree, end to end: the real `ralph-supervise run` process owning real, hostile trees.
+
+The process layer has its own unit tests (test_process_*.py); these prove the assembled program:
+the CLI's `stop`/`pause`/`resume`, the supervisor's signal handling and its orphan sweep after a
+SIGKILL. Survivors are counted by an environment marker read from /proc, so the proof does not rely
+on the supervisor's own view of its tree.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers.fault_procs import (
+    MARK_VAR,
+    cli,
+    cpu_seconds,
+    identities,
+    kill_marked,
+    marked,
+    new_mark,
+    port_bindable,
+    states,
+    status,
+    still_alive,
+    wait_gone,
+)
+from tests.helpers.trees import hard_tree, wide_tree
+from tests.supervise import events, start, wait_for
+
+FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")
+
+# A CPU-busy child (its pid in busy.pid), a setsid'd sleep, an orphaned setsid'd sleep, a plain
+# background sleep, and a TERM-ignoring loop that keeps forking short sleeps.
+PAUSABLE_TREE = """
+trap '' TERM
+bash -c 'echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while :; do :; done' busy "$MARKS/busy.pid" &
+setsid sleep 1000 &
+( setsid sleep 1000 & )
+sleep 1000 &
+while :; do sleep 0.2; done
+"""
+
+
+class Run:
+    """One supervisor run on a workspace, its marker, and the folders the tree reports into."""
+
+    def __init__(self, root: Path) -> None:
+        self.workspace = root / "work"
+        self.workspace.mkdir()
+        self.marks = root / "marks"
+        self.marks.mkdir()
+        self.state_dir = self.workspace / ".ralph-supervise"
+        self.mark = new_mark()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *command: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        self.proc = start(self.workspace, *FAST, *extra, "--", *command,
+                          env={MARK_VAR: self.mark, "MARKS": str(self.marks)},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return self.proc
+
+    def tree(self) -> list[psutil.Process]:
+        """Every live process of the run except the supervisor itself."""
+        exclude = frozenset({self.proc.pid}) if self.proc is not None else frozenset()
+        return marked(self.mark, exclude)
+
+    def child_pid(self, nth: int = 0) -> int:
+        return wait_for(lambda: events(self.state_dir, "child_started"), what="child_started")[nth]["pid"]
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+        elif self.proc is not None:
+            self.proc.communicate()
+        kill_marked(self.mark)
+
+
+@pytest.fixture
+def supervised(tmp_path: Path) -> Iterator[Run]:
+    run = Run(tmp_path)
+    try:
+        yield run
+    finally:
+        run.cleanup()
+
+
+def _hard_tree_ready(run: Run) -> int:
+    """Start the TERM-ignoring loop with a daemon and a listener; wait until a few leftovers exist."""
+    run.start(*hard_tree(run.marks))
+    wait_for(lambda: (run.marks / "daemon.pid").exists() and (run.marks / "port").exists(), what="daemon and port")
+    daemon = int((run.marks / "daemon.pid").read_text())
+    wait_for(lambda: sum(1 for p in run.tree() if p.cmdline() == ["sleep", "1000"]) >= 3,
+             what="three setsid sleeps left behind by the loop")
+    assert psutil.pid_exists(daemon)
+    port = int((run.marks / "port").read_text())
+    assert not port_bindable(port), "the listener should hold its port"
+    return port
+
+
+def _wide_tree_ready(run: Run) -> None:
+    run.start(*wide_tree(200, term_ignoring=True))
+    wait_for(lambda: len(run.tree()) >= 200, timeout=30, what="200 processes in the tree")
+
+
+def _stop(run: Run, how: str) -> int:
+    """Stop the run as `how` says; return the supervisor's exit code."""
+    assert run.proc is not None
+    if how == "stop":
+        stopped = cli(run.workspace, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        # `stop` returns once the tree is gone and the supervisor has exited.
+        assert run.proc.poll() is not None or wait_gone(run.proc, 2) is not None
+    else:
+        run.proc.send_signal(signal.SIGTERM)
+    return wait_gone(run.proc, 15)
+
+
+@pytest.mark.parametrize("how", ["stop", "sigterm"])
+def test_a_term_ignoring_loop_with_daemon_listener_and_setsid_leftovers_leaves_nothing(
+        supervised: Run, how: str) -> None:
+    port = _hard_tree_ready(supervised)
+    code = _stop(supervised, how)
+    assert code == (0 if how == "stop" else 143)
+    assert marked(supervised.mark) == [], "processes of the tree survived"
+    assert port_bindable(port), "the listener's port is still taken"
+    stopped = events(supervised.state_dir, "tree_stopped")
+    assert stopped and all(e["survivors"] == 0 for e in stopped), stopped
+    assert stopped[0]["reason"] == ("stop_request" if how == "stop" else "signal")
+
+
+@pytest.mark.parametrize("how", ["stop", "sigterm"])
+def test_a_200_process_term_ignoring_tree_leaves_nothing(supervised: Run, how: str) -> None:
+    _wide_tree_ready(supervised)
+    code = _stop(supervised, how)
+    assert code == (0 if how == "stop" else 143)
+    assert marked(supervised.mark) == []
+    stopped = events(supervised.state_dir, "tree_stopped")
+    assert stopped and all(e["survivors"] == 0 for e in stopped), stopped
+    assert stopped[0]["signalled"] >= 200
+
+
+def test_pause_freezes_every_process_and_resume_thaws_them(supervised: Run) -> None:
+    supervised.start("bash", "-c", PAUSABLE_TREE)
+    wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
+    busy = int((supervised.marks / "busy.pid").read_text())
+    wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
+
+    paused = cli(supervised.workspace, "pause")
+    assert paused.returncode == 0, paused.stderr
+    frozen = states(supervised.tree())
+    assert len(frozen) >= 5 and busy in frozen
+    assert set(frozen.values()) == {psutil.STATUS_STOPPED}, frozen
+    before = cpu_seconds(busy)
+    time.sleep(0.5)
+    assert cpu_seconds(busy) == before, "a paused busy loop accumulated CPU"
+    assert set(states(supervised.tree()).values()) == {psutil.STATUS_STOPPED}, "something thawed by itself"
+    live = status(supervised.workspace)
+    assert live["child"]["paused"] is True and live["state"] == "OPEN" and live["trigger"] == "manual"
+    assert events(supervised.state_dir, "tree_paused")
+
+    resumed = cli(supervised.workspace, "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    thawed = states(supervised.tree())
+    assert psutil.STATUS_STOPPED not in thawed.values(), thawed
+    before = cpu_seconds(busy)
+    wait_for(lambda: cpu_seconds(busy) - before > 0.05, timeout=5, what="the busy loop to run again")
+    assert status(supervised.workspace)["child"]["paused"] is False
+    assert events(supervised.state_dir, "tree_resumed")
+
+    assert cli(supervised.workspace, "stop").returncode == 0
+    assert wait_gone(supervised.proc, 10) == 0
+    assert marked(supervised.mark) == []
+
+
+def test_stop_of_a_paused_tree_leaves_nothing(supervised: Run) -> None:
+    """Frozen processes do not act on TERM until thawed: a stop must still end them all."""
+    supervised.start("bash", "-c", PAUSABLE_TREE)
+    wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
+    wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
+    assert cli(supervised.workspace, "pause").returncode == 0
+    assert cli(supervised.workspace, "stop").returncode == 0
+    assert wait_gone(supervised.proc, 10) == 0
+    assert marked(supervised.mark) == []
+    assert all(e["survivors"] == 0 for e in events(supervised.state_dir, "tree_stopped"))
+
+
+def test_after_sigkill_the_child_dies_and_the_next_run_sweeps_the_leftovers_first(supervised: Run) -> None:
+    port = _hard_tree_ready(supervised)
+    child = supervised.child_pid()
+    wait_for(lambda: (supervised.state_dir / "tree.json").exists(), what="the tree record")
+    time.sleep(0.6)  # a few more leftovers, some born after the last record
+
+    assert supervised.proc is not None
+    supervised.proc.kill()
+    supervised.proc.wait(timeout=10)
+    wait_for(lambda: child not in {p.pid for p in marked(supervised.mark)}, timeout=5,
+             what="the direct child to die with its supervisor (PR_SET_PDEATHSIG)")
+    time.sleep(0.3)  # let the loop's short-lived `sleep 0.2` finish: what is left now is left for good
+    leftovers = marked(supervised.mark)
+    names = sorted(p.name() for p in leftovers)
+    assert len(leftovers) >= 4, names  # daemon, listener, setsid sleeps
+    assert not port_bindable(port)
+    old_tree = identities(leftovers)
+
+    # The dead supervisor's socket and lock file are still there: nobody answers.
+    assert cli(supervised.workspace, "stop").returncode == 1
+    assert status(supervised.workspace)["supervisor"]["running"] is False
+
+    supervised.start("sleep", "1000")
+    wait_for(lambda: len(events(supervised.state_dir, "child_started")) >= 2, what="the second child")
+    assert not events(supervised.state_dir, "supervisor_stopped"), "the first run died without a word"
+    swept = [e for e in events(supervised.state_dir, "orphans_swept") if e["count"] >= 1]
+    assert swept, events(supervised.state_dir, "orphans_swept")
+    assert swept[-1]["count"] >= len(old_tree)
+    order = [e["event"] for e in events(supervised.state_dir) if e["event"] in ("orphans_swept", "child_started")]
+    assert order == ["orphans_swept", "child_started", "orphans_swept", "child_started"], order
+    assert still_alive(old_tree) == [], "processes of the old tree survived the sweep"
+    assert port_bindable(port)
+
+    assert cli(supervised.workspace, "stop").returncode == 0
+    assert wait_gone(supervised.proc, 10) == 0
+    assert marked(supervised.mark) == []
+
+
+@pytest.mark.parametrize("command", ["pause", "resume", "stop"])
+def test_control_commands_with_no_supervisor_exit_1_with_one_line(tmp_path: Path, command: str) -> None:
+    never = cli(tmp_path, command)
+    assert never.returncode == 1
+    assert len(never.stderr.strip().splitlines()) == 1 and str(tmp_path) in never.stderr
+
+    finished = start(tmp_path, *FAST, "--", "true", stdout=subprocess.DEVNULL)
+    finished.communicate(timeout=30)
+    assert finished.returncode == 0
+    after = cli(tmp_path, command)
+    assert after.returncode == 1, "a supervisor that exited leaves nobody to ask"
+    assert len(after.stderr.strip().splitlines()) == 1
+
+
+def test_status_and_stop_on_a_folder_that_does_not_exist_are_clear(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    result = subprocess.run([sys.executable, "-m", "ralph_supervisor", "stop", "-w", str(missing)],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and str(missing) in result.stderr
