@@ -75,6 +75,21 @@ def test_result_without_usage_takes_tokens_from_the_stream() -> None:
     assert parse_agent_output("\n".join(json.dumps(e) for e in events)).tokens == 12
 
 
+@pytest.mark.parametrize("kind", ["[1]", '{"a": 1}', "3", "null"])
+def test_an_event_whose_type_is_not_a_string_is_ignored(kind: str) -> None:
+    out = parse_agent_output('{"type": ' + kind + '}\n{"type":"result","is_error":false,"result":"ok"}')
+    assert out.reply == "ok"
+    assert parse_agent_output('{"type": ' + kind + "}").mode == "text"  # not a Claude event: plain output
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e999"])
+def test_a_non_finite_token_count_counts_zero(value: str) -> None:
+    usage = '{"input_tokens": ' + value + ', "output_tokens": 5}'
+    assert parse_agent_output('{"type":"result","result":"done","usage":' + usage + "}").tokens == 5
+    stream = '{"type":"assistant","message":{"id":"m1","usage":' + usage + "}}"
+    assert parse_agent_output(stream).tokens == 5
+
+
 def test_no_result_object_is_a_failed_call() -> None:
     out = parse_agent_output("starting...\nsome log line\n")
     assert out.mode == "text"

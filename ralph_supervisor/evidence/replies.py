@@ -16,6 +16,7 @@ retries it survived on the way.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -285,13 +286,23 @@ class AgentOutput:
     timed_out: bool = False
 
 
+def _event_type(event: dict[str, Any]) -> str:
+    """The event's `type`, or "" when it is missing or not a string (a list there must not crash a lookup)."""
+    kind = event.get("type")
+    return kind if isinstance(kind, str) else ""
+
+
 def _usage_tokens(usage: Any) -> tuple[int, int]:
     if not isinstance(usage, dict):
         return 0, 0
 
     def num(key: str) -> int:
         value = usage.get(key)
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return 0
+        if isinstance(value, float) and not math.isfinite(value):
+            return 0  # JSON's Infinity / 1e999: not a count
+        return int(value) if value > 0 else 0
 
     return (
         num("input_tokens") + num("output_tokens"),
@@ -346,11 +357,11 @@ def parse_agent_output(text: str, timed_out: bool = False) -> AgentOutput:
     call is not failed (it is neutral); a blocked call is failed and blocked.
     """
     events, plain = _collect(text)
-    claude_events = [e for e in events if e.get("type") == "result" or e.get("type") in _STREAM_TYPES]
-    results = [e for e in claude_events if e.get("type") == "result"]
+    claude_events = [e for e in events if _event_type(e) == "result" or _event_type(e) in _STREAM_TYPES]
+    results = [e for e in claude_events if _event_type(e) == "result"]
     if not claude_events:
         return _parse_text(text, timed_out)
-    mode: Mode = "stream-json" if any(e.get("type") in _STREAM_TYPES for e in claude_events) else "json"
+    mode: Mode = "stream-json" if any(_event_type(e) in _STREAM_TYPES for e in claude_events) else "json"
     result = results[-1] if results else None
 
     session_id = ""
