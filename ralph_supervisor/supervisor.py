@@ -23,7 +23,7 @@ import structlog
 
 from ralph_supervisor import store
 from ralph_supervisor.breaker import Breaker, Decision, State, Thresholds
-from ralph_supervisor.evidence.errors import error_lines
+from ralph_supervisor.evidence.errors import error_lines_in_chunk
 from ralph_supervisor.evidence.iterations import (
     CallEvidence,
     IterationTracker,
@@ -311,6 +311,8 @@ class Supervisor:
         await self.tap.wait_closed(timeout=1.0)
         if self.tree.scan():
             await self._stop_tree("child_exited")
+        if self._finishing is not None:
+            await asyncio.shield(self._finishing)
         await self._finish_call(self.tracker.current)
         self._finish(code)
 
@@ -360,10 +362,7 @@ class Supervisor:
     def _analyse(self, chunk: Chunk, lines: list[bytes]) -> None:
         """Worker thread: decode, filter errors, find markers; hand the findings to the event loop."""
         texts = tuple(line.decode("utf-8", "replace") for line in lines)
-        errors: list[str] = []
-        for text in texts:
-            if text:
-                errors.extend(error_lines(text))
+        errors = error_lines_in_chunk(b"\n".join(lines)) if lines else []
         markers: tuple[int, ...] = ()
         marker = self.tracker.marker
         if marker is not None:
@@ -380,9 +379,18 @@ class Supervisor:
 
     def _output_analysed(self, result: OutputResult) -> None:
         self._handoff_bytes -= result.nbytes
-        finished = self.tracker.add_output(result, time.time(), time.time())
-        for call in finished:
-            self._spawn_task(self._report_call(call, time.time()))
+        if self.tracker.marker is None:
+            self.tracker.add_output(result, time.time())
+        else:
+            for piece, starts in self.tracker.marker_segments(result):
+                if starts and not self._paused_for_good():
+                    now = time.time()
+                    ended = self.tracker.finish()
+                    if ended is not None:
+                        delta = self.workspace.end_iteration()
+                        self._spawn_task(self._report_call(ended, now, delta))
+                    self._begin_call(now)
+                self.tracker.add_output(piece, time.time())
         if self.metrics is not None:
             self.metrics.add_output_bytes(result.nbytes)
 
@@ -464,6 +472,8 @@ class Supervisor:
         if call is not None and call.pid is not None:
             if (call.pid, call.create_time) not in live:
                 self._finishing = asyncio.ensure_future(self._finish_call(call))
+                self._background.add(self._finishing)
+                self._finishing.add_done_callback(self._background.discard)
                 self._finishing.add_done_callback(_log_task_error)
             return
         if self._paused:
@@ -525,8 +535,8 @@ class Supervisor:
         if call is None:
             return
         ended = time.time()
+        self.tailer.poll()  # the call's last words in its log file still belong to it
         self.tracker.finish()
-        self.tailer.poll()
         await asyncio.to_thread(self.queue.wait_done, self.tap.last_seq, 5.0)
         self._settle = settle = asyncio.Event()
         try:
@@ -535,10 +545,14 @@ class Supervisor:
             pass
         await self._report_call(call, ended)
 
-    async def _report_call(self, call: CallEvidence, ended: float) -> None:
+    def _paused_for_good(self) -> bool:
+        return self.exit_code is None or self.exit_code.done()
+
+    async def _report_call(self, call: CallEvidence, ended: float, delta: Any = None) -> None:
         from ralph_supervisor.evidence.replies import parse_agent_output
 
-        delta = self.workspace.end_iteration()
+        if delta is None:
+            delta = self.workspace.end_iteration()
         agent = parse_agent_output(call.output_text()) if call.text else None
         signatures = frozenset(error_signature(line) for line in call.error_lines)
         report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,

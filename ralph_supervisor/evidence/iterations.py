@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from ralph_supervisor.report import IterationReport
@@ -126,7 +126,7 @@ class IterationTracker:
         call = CallEvidence(self.number, now, wall, pid, create_time)
         self.current = call
         if create_time is not None:
-            claimed = [r for r in self._pending if r.read_at >= create_time - 0.05]
+            claimed = [r for r in self._pending if r.read_at >= create_time]
             for result in claimed:
                 call.add(result)
             self._pending.clear()
@@ -163,30 +163,35 @@ class IterationTracker:
         ctime, pid = min(found)
         return pid, ctime
 
-    def add_output(self, result: OutputResult, now: float, wall: float) -> list[CallEvidence]:
-        """Route a chunk's findings to its call. In marker mode, returns the calls that the markers ended."""
-        finished: list[CallEvidence] = []
+    def marker_segments(self, result: OutputResult) -> list[tuple[OutputResult, bool]]:
+        """Marker mode: the chunk cut at its marker lines, as (piece, starts a new iteration) in order."""
+        if not result.markers:
+            return [(result, False)]
+        pieces: list[tuple[OutputResult, bool]] = []
+        if result.markers[0] > 0:
+            pieces.append((_slice(result, 0, result.markers[0]), False))
+        bounds = list(result.markers) + [len(result.lines)]
+        for start, end in zip(bounds, bounds[1:]):
+            pieces.append((_slice(result, start, end), True))
+        # Cut lines lost bytes in the slicing: the last piece carries the rest, so the total stays exact.
+        last, starts = pieces[-1]
+        rest = result.nbytes - sum(piece.nbytes for piece, _ in pieces[:-1])
+        pieces[-1] = (replace(last, nbytes=max(0, rest)), starts)
+        return pieces
+
+    def add_output(self, result: OutputResult, wall: float) -> None:
+        """Route a chunk's findings to its call (process mode; marker mode uses `marker_segments`)."""
         if self.marker is not None:
-            start = 0
-            for index in result.markers:
-                if self.current is not None:
-                    self.current.add(_slice(result, start, index), result.lines[start:index])
-                    ended = self.finish()
-                    assert ended is not None
-                    finished.append(ended)
-                self.start(now, wall)
-                start = index
-            piece = _slice(result, start, len(result.lines)) if result.markers else result
             if self.current is not None:
-                self.current.add(piece, result.lines[start:])
-            return finished
+                self.current.add(result)
+            return
         closing = self._closing.get(result.tag) if result.tag else None
         if closing is not None:
             closing.add(result)
-            return finished
+            return
         call = self.current
         if call is not None and (result.tag == call.number or (result.tag == 0 and call.create_time is not None
-                                                                and result.read_at >= call.create_time - 0.05)):
+                                                                and result.read_at >= call.create_time)):
             call.add(result)
         elif result.tag == 0:
             self._pending.append(result)
@@ -194,15 +199,13 @@ class IterationTracker:
             while self._pending and (self._pending_bytes > PENDING_MAX_BYTES
                                      or self._pending[0].read_at < wall - PENDING_SECONDS):
                 self._pending_bytes -= self._pending.popleft().nbytes
-        return finished
 
 
 def _slice(result: OutputResult, start: int, end: int) -> OutputResult:
     """The part of a chunk's findings between two line indexes (bytes and errors apportioned by line)."""
     lines = result.lines[start:end]
     nbytes = sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
-    wanted = set(lines)
-    errors = tuple(e for e in result.errors if any(e in line for line in wanted))
+    errors = tuple(e for e in result.errors if any(e in line for line in lines))
     return OutputResult(result.source, nbytes, result.tag, result.read_at, lines, errors)
 
 
