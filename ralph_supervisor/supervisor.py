@@ -497,6 +497,9 @@ class Supervisor:
         self.workspace.begin_iteration()
         self._last_cpu_active = now
         log.info("iteration_started", iteration=call.number, pid=pid)
+        if self.metrics is not None:
+            self.metrics.iteration_started(now=now)
+        self.sd.status(self._sd_status())
         decision = self.breaker.iteration_started(call.number, now)
         self._save_state()
         if decision.changed:
