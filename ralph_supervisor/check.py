@@ -297,7 +297,10 @@ def _out(text: str) -> None:
 def main(argv: list[str]) -> int:
     """The whole `ralph-supervise check ...` command; argv excludes the word `check`."""
     try:
-        opts = parse_options(argv)
+        try:
+            opts = parse_options(argv)
+        except SystemExit as done:  # --help: argparse printed it and wants to exit
+            return int(done.code or 0)
         if opts.list:
             _out(pattern_table())
             return EXIT_CONTINUE

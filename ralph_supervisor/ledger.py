@@ -517,31 +517,44 @@ class ErrorGroup:
 
 
 def failure_patterns(ledger: Ledger, threshold: float) -> list[ErrorGroup]:
-    """Failures grouped by signature similarity to each group's first signature, most frequent first."""
-    sigs: list[str] = []
-    sizes: list[int] = []
-    counts: list[int] = []
-    samples: list[str] = []
-    for a in ledger.attempts:
-        if a.outcome != "failure" or not a.error:
-            continue
-        sig = error_signature(a.error)
-        size = len(trigrams(sig))
-        for g, existing in enumerate(sigs):
-            # Jaccard >= t needs min/max of the set sizes >= t: skip groups that cannot match.
-            small, big = (size, sizes[g]) if size < sizes[g] else (sizes[g], size)
-            if threshold > 0 and small < threshold * big - 1e-9:
-                continue
-            if similarity(existing, sig) >= threshold:
-                counts[g] += 1
-                break
-        else:
-            sigs.append(sig)
-            sizes.append(size)
-            counts.append(1)
-            samples.append(js_trim(a.error.split("\n")[0]))
-    groups = [ErrorGroup(s, c, m) for s, c, m in zip(sigs, counts, samples)]
-    return sorted(groups, key=lambda g: -g.count)
+    """Failures grouped by similarity to each group's FIRST signature (the first group that matches wins),
+    most frequent first, as loop-context's summarizeAttempts groups them.
+
+    loop-context compares every failure with every group: quadratic when errors are all different. We get
+    the same groups with a prefix filter: two trigram sets with Jaccard >= t must share a trigram among the
+    first |x| - ceil(t|x|) + 1 of each (in one fixed order, rarest first), so only groups sharing such a
+    trigram are compared at all. A signature seen before goes straight to the group it went to then."""
+    failing = [a.error for a in ledger.attempts if a.outcome == "failure" and a.error]
+    sigs = [error_signature(e) for e in failing]
+    freq: dict[bytes, int] = {}
+    for sig in dict.fromkeys(sigs):
+        for tok in trigrams(sig):
+            freq[tok] = freq.get(tok, 0) + 1
+
+    def prefix(sig: str) -> list[bytes]:
+        toks = sorted(trigrams(sig), key=lambda tok: (freq[tok], tok))
+        overlap = math.ceil(threshold * len(toks) - 1e-9)  # the least overlap a match needs (rounded safely down)
+        return toks[: len(toks) - overlap + 1]
+
+    index: dict[bytes, list[int]] = {}
+    seen: dict[str, int] = {}
+    groups: list[list[Any]] = []  # [signature, count, sample]
+    for error, sig in zip(failing, sigs):
+        g = seen.get(sig)
+        if g is None:
+            if threshold <= 0:  # everything is similar to the first group: no filter can help
+                candidates: list[int] = [0] if groups else []
+            else:
+                candidates = sorted({c for tok in prefix(sig) for c in index.get(tok, ())})
+            g = next((c for c in candidates if similarity(groups[c][0], sig) >= threshold), None)
+            if g is None:
+                g = len(groups)
+                groups.append([sig, 0, js_trim(error.split("\n")[0])])
+                for tok in prefix(sig) if threshold > 0 else ():
+                    index.setdefault(tok, []).append(g)
+            seen[sig] = g
+        groups[g][1] += 1
+    return sorted((ErrorGroup(s, c, m) for s, c, m in groups), key=lambda grp: -grp.count)
 
 
 def build_injection(
