@@ -145,7 +145,7 @@ def cmd_control(name: str, argv: Sequence[str]) -> int:
 
     state_dir = _state_dir(args.workspace, args.state_dir)
     timeout = 30.0
-    if name == "stop":
+    if name == "stop":  # the supervisor answers once the tree is gone: TERM, its --grace, KILL
         timeout = float(OPTIONS_BY_NAME["grace"].default) + 60.0
     try:
         result = request(state_dir, name, timeout=timeout)
@@ -158,7 +158,20 @@ def cmd_control(name: str, argv: Sequence[str]) -> int:
     message = result.get("message") if isinstance(result, dict) else None
     if message:
         print(message)
+    if name == "stop":
+        _wait_for_exit(state_dir, timeout)
     return 0
+
+
+def _wait_for_exit(state_dir: Path, timeout: float) -> None:
+    """`stop` returns once the supervisor has exited (it holds the folder's lock until then)."""
+    import time
+
+    from ralph_supervisor.store import running_supervisor_pid
+
+    deadline = time.monotonic() + timeout
+    while running_supervisor_pid(state_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def cmd_watch(argv: Sequence[str]) -> int:

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import processes_with_test_id
+from tests.conftest import processes_with_test_id
 from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
