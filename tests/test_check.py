@@ -314,3 +314,24 @@ def test_main_reads_stdin_in_process(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
     code, out, _ = run_main([], capsys)
     assert (code, out) == (0, "CONTINUE [ok] — Within limits — cleared to continue.\n")
+
+
+def test_help_prints_usage_and_returns_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["--help"], capsys)
+    assert code == 0 and "--similarity-threshold" in out and "--on-exceed" in out
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("16", 16.0), (" 16\n", 16.0), ("1.6e1", 16.0), ("0x10", 16.0), ("0b10", 2.0), ("0o10", 8.0), (".5", 0.5),
+     ("5.", 5.0), ("+3", 3.0), ("-3", -3.0), ("Infinity", float("inf")), ("", 0.0), ("\u00a0", 0.0)],
+)
+def test_js_number_reads_like_javascript(raw: str, value: float) -> None:
+    assert check.js_number(raw) == value
+
+
+@pytest.mark.parametrize("raw", ["abc", "1_000", "0x", "1e", "--1", "0x1.8", "inf", "nan", "1 2", "١"])
+def test_js_number_is_nan_where_javascript_says_nan(raw: str) -> None:
+    import math
+
+    assert math.isnan(check.js_number(raw))

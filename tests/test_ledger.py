@@ -456,3 +456,35 @@ def test_json_integers_print_without_a_decimal_point() -> None:
 def test_ledger_from_json_accepts_extra_keys() -> None:
     led = ledger_from_json({"goal": "g", "startedAt": "now", "attempts": [{**GOOD, "note": 1}]})
     assert led.attempts[0].action == "a"
+
+
+def naive_failure_patterns(attempts: list[Attempt], threshold: float) -> list[tuple[str, int, str]]:
+    """loop-context's summarizeAttempts grouping, transcribed literally: each failure against every group."""
+    groups: list[list[Any]] = []
+    for a in attempts:
+        if a.outcome != "failure" or not a.error:
+            continue
+        sig = error_signature(a.error)
+        for g in groups:
+            if similarity(g[0], sig) >= threshold:
+                g[1] += 1
+                break
+        else:
+            groups.append([sig, 1, a.error.split("\n")[0].strip(" \t\n\r\v\f\u00a0\ufeff")])
+    return [(s, c, m) for s, c, m in sorted(groups, key=lambda g: -g[1])]
+
+
+WORDS = ["alpha", "beta", "gamma", "connect", "refused", "timeout", "ü", "😀", "x", "aa", "ab", "ba", "1", "/a/b.c:3"]
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS), max_size=5).map(" ".join), min_size=1, max_size=60),
+    st.sampled_from([0.05, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0]) | st.floats(0.01, 1.0),
+)
+def test_prefix_filtered_grouping_equals_the_literal_all_pairs_grouping(errors: list[str], threshold: float) -> None:
+    from ralph_supervisor.ledger import failure_patterns
+
+    attempts = [fail(e) for e in errors]
+    got = [(g.signature, g.count, g.sample) for g in failure_patterns(ledger(*attempts), threshold)]
+    assert got == naive_failure_patterns(attempts, threshold)
