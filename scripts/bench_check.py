@@ -72,6 +72,22 @@ def failing_ledger(n: int) -> dict[str, Any]:
     return {"goal": "Connect to the database", "attempts": attempts}
 
 
+def distinct_errors_ledger(n: int, seed: int = 3) -> dict[str, Any]:
+    """Every failure a different error: the worst case for --inject's grouping of failure patterns."""
+    rnd = random.Random(seed)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+    attempts = [
+        {
+            "iteration": i + 1,
+            "action": f"attempt {i % 50}",
+            "outcome": "failure",
+            "error": " ".join(rnd.choice(words) for _ in range(4)) + " " + "".join(rnd.choice("abcdefghijklmnop") for _ in range(8)),
+        }
+        for i in range(n)
+    ]
+    return {"goal": "Many different failures", "attempts": attempts}
+
+
 def find_loop_context(explicit: str | None) -> str | None:
     for candidate in (explicit, os.environ.get("LOOP_CONTEXT_BIN"),
                       str(ROOT / "node_modules/@cobusgreyling/loop-context/dist/cli.js")):
@@ -166,6 +182,22 @@ def main() -> int:
                 path = tmp / f"mixed-{side_n}.json"
                 npx_t = timed([["npx", "--no", "@cobusgreyling/loop-context", "--check", "-f", str(path), "--json"]],
                               runs, prefix)[0][0]
+
+        if not args.quick:  # loop-context's grouping is quadratic: one run, a modest size
+            inject_n = 2000
+            path = tmp / f"distinct-{inject_n}.json"
+            path.write_text(json.dumps(distinct_errors_ledger(inject_n)), encoding="utf-8")
+            cmds = [[*ours_cmd, "-f", str(path), "--inject"]]
+            if lc is not None:
+                cmds.append([node or "node", lc, "--inject", "-f", str(path)])
+            timings = timed(cmds, 1, tmp)
+            if lc is not None and timings[0][1:] != timings[1][1:]:
+                mismatches.append(f"inject distinct {inject_n}")
+            base = timings[1][0] if lc is not None else None
+            ratio = f"{timings[0][0] / base:.3f}" if base else "n/a"
+            rows.append(f"| --inject, {inject_n:,} failures all with different errors (grouping worst case), one run "
+                        f"| {fmt(timings[0][0])} | {fmt(base)} | {ratio} | ≤ 1.0 |")
+            print(f"inject distinct {inject_n}: ours {fmt(timings[0][0])}, loop-context {fmt(base)}", file=sys.stderr)
 
         for kind in ("mixed", "all-failing"):
             r = results[(kind, side_n)]
