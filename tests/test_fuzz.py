@@ -102,9 +102,9 @@ def budget(examples: int) -> Any:
 
 
 # Example budgets: the whole file stays near a minute on a loaded 2-core machine.
-FAST = budget(40)
-MEDIUM = budget(80)
-CHEAP = budget(150)
+FAST = budget(30)
+MEDIUM = budget(60)
+CHEAP = budget(100)
 
 
 def one_line(message: str) -> bool:
@@ -1141,32 +1141,42 @@ def test_an_orphan_record_of_garbage_or_strangers_kills_nothing(here: Path) -> N
         assert stat is not None
         me = read_stat(os.getpid())
         assert me is not None
-        members = st.lists(
-            # Only PIDs that cannot exist, the bystander (wrong start time), ourselves and init (both
-            # protected), and non-integers: a random small PID could name a stranger's live process.
-            st.fixed_dictionaries({
-                "pid": st.integers(pid_max, 2**31 - 1) | st.integers(-(2**31), -1) | st.just(proc.pid)
-                | st.just(os.getpid()) | st.just(1) | st.none() | st.booleans() | st.floats() | st.text(max_size=4),
-                "start_ticks": (st.integers(-5, 2**63) | JSON_SCALARS).filter(lambda t: t != stat.start_ticks),
-                "name": st.text(max_size=5),
-            })
-            | st.just({"pid": os.getpid(), "start_ticks": me.start_ticks, "name": "pytest"})
+        # Only PIDs that cannot exist, the bystander (wrong start time), ourselves and init (both
+        # protected): a random small PID could name a stranger's live process.
+        strangers = st.integers(pid_max, 2**31 - 1) | st.integers(-(2**31), -1) | st.just(proc.pid)
+        wrong_ticks = st.integers(-5, 2**63).filter(lambda t: t != stat.start_ticks)
+        well_formed = st.fixed_dictionaries({"pid": strangers, "start_ticks": wrong_ticks, "name": st.text(max_size=5)}) \
+            | st.just({"pid": os.getpid(), "start_ticks": me.start_ticks, "name": "pytest"}) \
             | st.just({"pid": 1, "start_ticks": 0, "name": "init"})
+        members = st.lists(
+            well_formed
+            | st.fixed_dictionaries({
+                "pid": strangers | st.none() | st.booleans() | st.floats() | st.text(max_size=4),
+                "start_ticks": (wrong_ticks | JSON_SCALARS).filter(lambda t: t != stat.start_ticks),
+            })
             | st.just({"pid": proc.pid})  # no start_ticks: KeyError, set aside
             | JSON_SCALARS | st.lists(st.integers(pid_max, 2**31 - 1), max_size=2),
             max_size=6,
         )
+        # A record as a supervisor of this boot writes it: every example reaches the scan of live processes.
+        ours = st.fixed_dictionaries(
+            {"version": st.just(1), "boot_id": st.just(boot_id()), "members": st.lists(well_formed, max_size=8),
+             "marker": st.none() | st.builds(lambda t: f"{MARKER_VAR}={t}", st.text("0123456789abcdef", min_size=8))},
+        ).map(lambda d: json.dumps(d).encode())
         record = st.fixed_dictionaries(
             {"version": st.just(1) | JSON_SCALARS, "boot_id": st.just(boot_id()) | JSON_SCALARS, "members": members},
             optional={
+                # a fresh tree marker nobody carries, or no marker; any other NAME=value could name a
+                # stranger's environment (see the xfail test below), so garbage markers hold no "="
                 "marker": st.none() | st.builds(lambda t: f"{MARKER_VAR}={t}", st.text("0123456789abcdef", min_size=8,
-                                                                                      max_size=16)) | JSON_SCALARS,
+                                                                                      max_size=16))
+                | JSON_SCALARS.filter(lambda v: not (isinstance(v, str) and "=" in v)),
                 "supervisor_pid": JSON_SCALARS,
             },
         ).map(lambda d: json.dumps(d).encode())
-        documents = record | st.binary(max_size=200) | json_values().map(lambda v: json.dumps(v).encode())
+        documents = ours | record | st.binary(max_size=200) | json_values().map(lambda v: json.dumps(v).encode())
 
-        @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @budget(60)
         @given(raw=documents)
         @example(raw=b"")
         @example(raw=b'{"version": 1, "members": "abc"}')
