@@ -192,16 +192,18 @@ def latencies(root: Path, waiters: list[Waiter], changes: int) -> list[tuple[lis
 # ------------------------------------------------------------------------------ memory
 
 
-def memory_over_iterations(root: Path, iterations: int) -> tuple[float, float, float]:
-    """RSS (MiB) after a third of the iterations and at the end; each iteration creates a new file,
-    removes the previous one and edits a fixed one, then ends (a barrier round-trip)."""
+def memory_over_iterations(root: Path, iterations: int) -> tuple[list[tuple[int, float, int]], float]:
+    """RSS (MiB) and live Python memory blocks at a third, two thirds and the end of the iterations;
+    each iteration creates a new file, removes the previous one and edits a fixed one, then ends
+    (a barrier round-trip). The first third is warm-up: the bounded change history fills."""
     ws = Workspace(root, state_dir=root / ".ralph-supervise")
     ws.start()
     ws.wait_primed(120)  # priming fills the hash table once; measure the steady state after it
     proc = psutil.Process()
     scratch = root / "src" / "scratch"
     scratch.mkdir(exist_ok=True)
-    early = 0.0
+    samples: list[tuple[int, float, int]] = []
+    marks = {iterations // 3, 2 * iterations // 3, iterations - 1}
     t0 = time.perf_counter()
     for i in range(iterations):
         ws.begin_iteration()
@@ -212,14 +214,12 @@ def memory_over_iterations(root: Path, iterations: int) -> tuple[float, float, f
         (scratch / "progress.md").write_text(f"step {i}\n")
         delta = ws.end_iteration()
         assert delta.files_changed >= 2, delta
-        if i == iterations // 3:  # after warm-up: the bounded change history (10,000 times) is full by then
+        if i in marks:
             gc.collect()
-            early = proc.memory_info().rss / 2**20
+            samples.append((i + 1, proc.memory_info().rss / 2**20, sys.getallocatedblocks()))
     per_iteration_ms = (time.perf_counter() - t0) / iterations * 1000
-    gc.collect()
-    late = proc.memory_info().rss / 2**20
     ws.stop()
-    return early, late, per_iteration_ms
+    return samples, per_iteration_ms
 
 
 # ------------------------------------------------------------------------------ main
@@ -278,8 +278,8 @@ def main() -> int:
         print(f"latency ours p50 {pct(ours_lat, 50) * 1000:.2f} ms p99 {pct(ours_lat, 99) * 1000:.2f} ms missed {ours_missed}; "
               f"baseline p50 {pct(base_lat, 50) * 1000:.2f} ms p99 {pct(base_lat, 99) * 1000:.2f} ms missed {base_missed}", flush=True)
 
-        early, late, per_iter = memory_over_iterations(root, iterations)
-        print(f"memory {early:.1f} -> {late:.1f} MiB over {iterations} iterations ({per_iter:.2f} ms each)", flush=True)
+        samples, per_iter = memory_over_iterations(root, iterations)
+        print(f"memory (iteration, RSS MiB, Python blocks) {samples} ({per_iter:.2f} ms each)", flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -312,7 +312,9 @@ def main() -> int:
         f"| changes missed (of {changes}) | {ours_missed} | {base_missed} | | 0 |",
         f"| background priming (hashes of {primed:,} files, lowest priority) | {prime_s:.2f} s | n/a | | |",
         f"| polling fallback: one full scan | {scan_s:.3f} s | n/a | | |",
-        f"| RSS after {iterations // 3:,} / {iterations:,} iterations | {early:.1f} / {late:.1f} MiB | n/a | | flat |",
+        f"| RSS after {' / '.join(f'{n:,}' for n, _, _ in samples)} iterations | "
+        f"{' / '.join(f'{rss:.1f}' for _, rss, _ in samples)} MiB | n/a | | flat |",
+        f"| live Python memory blocks, same points | {' / '.join(f'{b:,}' for _, _, b in samples)} | n/a | | flat |",
         f"| begin+end iteration round-trip | {per_iter:.2f} ms | n/a | | |",
         "",
         f"Machine: `{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}. "
