@@ -13,7 +13,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -172,7 +171,3 @@ def wait_gone(proc: subprocess.Popen[bytes], timeout: float) -> int:
         proc.kill()
         proc.wait()
         raise AssertionError(f"the supervisor did not exit within {timeout}s") from None
-
-
-def settle(seconds: float) -> None:
-    time.sleep(seconds)
