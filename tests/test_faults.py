@@ -162,6 +162,40 @@ def test_sigkill_mid_iteration_then_restart_keeps_breaker_and_ledger_and_leaves_
     assert marked(first.mark) == []
 
 
+def test_repeated_sigkills_at_random_moments_never_corrupt_the_state_files(tmp_path: Path, runs: list[Run]) -> None:
+    """Atomic writes: whenever the kill lands, state.json and ledger.json parse and history stays whole lines;
+    iteration numbers never go back or repeat across restarts."""
+    rng = random.Random(11)
+    workspace = tmp_path / "work"
+    env = loop_env("progress", FAKE_CLAUDE_DELAY="0.05", RALPH_LOOP_PAUSE="0.05")
+    mark = new_mark()
+    last_iteration = 0
+    for _ in range(4):
+        run = new_run(runs, workspace)
+        run.mark = mark
+        run.start("--", str(LOOP), env=env)
+        wait_for(lambda: len(events(run.state_dir, "iteration_started")) > last_iteration, timeout=20,
+                 what="a new iteration")
+        time.sleep(rng.uniform(0.0, 0.4))
+        assert run.proc is not None
+        run.proc.kill()
+        run.proc.communicate(timeout=10)
+        saved = json.loads((run.state_dir / "state.json").read_text())
+        assert saved["iteration"] >= last_iteration
+        last_iteration = saved["iteration"]
+        if not (run.state_dir / "ledger.json").exists():
+            continue  # killed before its first iteration was judged
+        ledger = json.loads((run.state_dir / "ledger.json").read_text())
+        numbers = [a["iteration"] for a in ledger["attempts"]]
+        assert numbers == sorted(set(numbers)), numbers
+        history(run.state_dir)  # every line parses
+    final = new_run(runs, workspace)
+    final.mark = mark
+    final.start("--", "true")
+    assert final.finish(timeout=20) == 0
+    assert marked(mark) == []
+
+
 # ------------------------------------------------------------------------------- disk full, read-only
 
 

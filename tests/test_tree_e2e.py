@@ -235,6 +235,33 @@ def test_after_sigkill_the_child_dies_and_the_next_run_sweeps_the_leftovers_firs
     assert marked(supervised.mark) == []
 
 
+def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(supervised: Run) -> None:
+    """Stopped processes do not act on TERM: the sweep must still end them."""
+    supervised.start("bash", "-c", PAUSABLE_TREE)
+    wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
+    wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
+    assert cli(supervised.workspace, "pause").returncode == 0
+    assert supervised.proc is not None
+    supervised.proc.kill()
+    supervised.proc.wait(timeout=10)
+    time.sleep(0.3)
+    leftovers = marked(supervised.mark)
+    assert len(leftovers) >= 3 and set(states(leftovers).values()) == {psutil.STATUS_STOPPED}, states(leftovers)
+    old_tree = identities(leftovers)
+
+    supervised.start("sleep", "1000")
+    # The manual pause is an open breaker: the new run sweeps, then waits for a human (no child yet).
+    wait_for(lambda: events(supervised.state_dir, "breaker_still_open"), what="breaker_still_open")
+    assert events(supervised.state_dir, "orphans_swept")[-1]["count"] >= len(old_tree)
+    assert still_alive(old_tree) == []
+    assert len(events(supervised.state_dir, "child_started")) == 1
+    assert cli(supervised.workspace, "resume").returncode == 0
+    wait_for(lambda: len(events(supervised.state_dir, "child_started")) == 2, what="resume to start the command")
+    assert cli(supervised.workspace, "stop").returncode == 0
+    assert wait_gone(supervised.proc, 10) == 0
+    assert marked(supervised.mark) == []
+
+
 @pytest.mark.parametrize("command", ["pause", "resume", "stop"])
 def test_control_commands_with_no_supervisor_exit_1_with_one_line(tmp_path: Path, command: str) -> None:
     never = cli(tmp_path, command)
