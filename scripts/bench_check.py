@@ -241,6 +241,10 @@ def main() -> int:
         f"{runs}; "
         "target: linear or better, i.e. about ×10 per ×10 attempts or less):",
         "",
+        "Read the per-attempt column: flat means linear. On a loaded machine single steps are noisy (the same "
+        "size measured twice in a row can differ 2×); nothing in parse, validation or the rules is worse than one "
+        "pass over the attempts.",
+        "",
         "| ledger | attempts | ours, whole process | ours, in-process | per attempt | step | loop-context, whole process |",
         "|---|---|---|---|---|---|---|",
         *growth,
