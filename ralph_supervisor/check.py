@@ -69,6 +69,8 @@ def js_number(raw: str) -> float:
             return float(int(m.group(2), base))
         except ValueError:
             return math.nan
+        except OverflowError:  # too big for a double: JavaScript says Infinity
+            return math.inf
     return math.nan
 
 
@@ -216,7 +218,7 @@ def load_daily_state(path: Path) -> DailyState | None:
         raise LedgerError(f"daily state {path}: cannot read: {exc.strerror or exc}") from None
     try:
         return daily_state_from_json(json.loads(data.decode("utf-8")))
-    except (UnicodeDecodeError, json.JSONDecodeError, LedgerError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a huge number, a wrong shape (LedgerError)
         aside = path.with_name(path.name + ".corrupt")
         try:
             os.replace(path, aside)

@@ -132,6 +132,8 @@ def parse_ledger(text: str, source: str = "ledger") -> Ledger:
         raise LedgerError(f"{source}: bad JSON: {exc}") from None
     except RecursionError:
         raise LedgerError(f"{source}: bad JSON: nested too deeply") from None
+    except ValueError:  # Python refuses integers of more than 4300 digits (sys.get_int_max_str_digits)
+        raise LedgerError(f"{source}: bad JSON: a number too long to read") from None
     return ledger_from_json(raw, source)
 
 
@@ -401,7 +403,13 @@ def daily_state_from_json(raw: Any) -> DailyState:
     spent = raw.get("tokensUsedToday")
     if not isinstance(date, str):
         raise LedgerError("date must be a string")
-    if isinstance(spent, bool) or not isinstance(spent, (int, float)) or spent < 0 or spent != int(spent):
+    if (
+        isinstance(spent, bool)
+        or not isinstance(spent, (int, float))
+        or not math.isfinite(spent)
+        or spent < 0
+        or spent != int(spent)
+    ):
         raise LedgerError("tokensUsedToday must be a non-negative integer")
     counted_raw = raw.get("countedLedgers", [])
     if not isinstance(counted_raw, list):

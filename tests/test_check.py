@@ -335,3 +335,29 @@ def test_js_number_is_nan_where_javascript_says_nan(raw: str) -> None:
     import math
 
     assert math.isnan(check.js_number(raw))
+
+
+def test_a_ledger_number_too_long_for_python_is_one_line_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "l.json"
+    path.write_text('{"goal": "g", "attempts": [{"action": "a", "outcome": "success", "tokensUsed": ' + "1" * 4301 + "}]}")
+    code, _, err = run_main(["-f", str(path)], capsys)
+    assert (code, err) == (1, f"ralph-supervise check: {path}: bad JSON: a number too long to read\n")
+
+
+def test_a_huge_hex_flag_is_infinity_like_javascript_and_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check.js_number("0x" + "f" * 300) == float("inf")
+    code, _, err = run_main(["-f", str(write_ledger(tmp_path / "l.json", FINE)), "--max-iterations", "0x" + "f" * 300], capsys)
+    assert code == 1 and err.count("\n") == 1 and "--max-iterations must be a positive integer" in err
+
+
+@pytest.mark.parametrize("spent", ["Infinity", "NaN", "1e999", "1" * 4301, '"12"', "-5", "1.5"])
+def test_a_daily_state_with_a_bad_spend_is_set_aside_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spent: str
+) -> None:
+    (tmp_path / "st").mkdir()
+    state_file = tmp_path / "st" / "daily-spend.issue-triage.json"
+    state_file.write_text('{"date": "2026-01-01", "tokensUsedToday": ' + spent + "}")
+    code, _, err = daily(tmp_path, write_ledger(tmp_path / "l.json", [att("success", tokens=10)]), capsys)
+    assert code == 0
+    assert err.count("\n") == 1 and f"warning: daily state {state_file} is unreadable" in err
+    assert (tmp_path / "st" / "daily-spend.issue-triage.json.corrupt").exists()
