@@ -40,10 +40,16 @@ def _basename(match: re.Match[str]) -> str:
     return _PATH_SPLIT.split(path)[-1] or path
 
 
-@lru_cache(maxsize=4096)
+_CACHE_MAX_CHARS = 2000  # cache short texts only: 4096 cached megabyte tracebacks would be gigabytes
+
+
 def error_signature(text: str) -> str:
     """Reduce an error to a stable signature so that "the same error" is recognised across attempts
     even when volatile details (timestamps, addresses, paths, line numbers, ports) differ."""
+    return _signature_cached(text) if len(text) <= _CACHE_MAX_CHARS else _signature(text)
+
+
+def _signature(text: str) -> str:
     first = next((line for line in text.split("\n") if js_trim(line)), "")
     sig = js_trim(first)
     sig = _TIMESTAMP.sub("<ts>", sig)
@@ -55,12 +61,21 @@ def error_signature(text: str) -> str:
     return js_trim(sig)
 
 
-@lru_cache(maxsize=4096)
+_signature_cached = lru_cache(maxsize=4096)(_signature)
+
+
 def trigrams(s: str) -> frozenset[bytes]:
     """The set of trigrams of `"  " + lower(s) + "  "`, indexed like JavaScript strings (UTF-16 code units),
     so that text outside the BMP (emoji) compares as loop-context compares it."""
+    return _trigrams_cached(s) if len(s) <= _CACHE_MAX_CHARS else _trigrams(s)
+
+
+def _trigrams(s: str) -> frozenset[bytes]:
     padded = ("  " + s.lower() + "  ").encode("utf-16-le", "surrogatepass")
     return frozenset(padded[i : i + 6] for i in range(0, len(padded) - 4, 2))
+
+
+_trigrams_cached = lru_cache(maxsize=4096)(_trigrams)
 
 
 def similarity(a: str, b: str) -> float:

@@ -149,3 +149,12 @@ def test_signature_is_one_trimmed_line(text: str) -> None:
 def test_signature_is_idempotent_on_text_without_digits_paths_or_colons(text: str) -> None:
     once = error_signature(text)
     assert error_signature(once) == once
+
+
+def test_long_texts_give_the_same_answers_uncached() -> None:
+    long_error = "Error: big " + "x" * 5000 + " 42\nsecond line"
+    assert error_signature(long_error) == "Error: big " + "x" * 5000 + " #"
+    long_a, long_b = "a" * 3000 + "b", "a" * 3000 + "c"
+    # {"  a", " aa", "aaa"} shared; "aab", "ab ", "b  " vs "aac", "ac ", "c  " not: 3 of 9
+    assert similarity(long_a, long_b) == 3 / 9
+    assert trigrams("x" * 2001) == trigrams("x" * 2000)
