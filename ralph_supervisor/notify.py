@@ -269,7 +269,7 @@ class Notifier:
         try:
             subprocess.run(argv, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, timeout=min(self._timeout, max(0.1, self._remaining())),
-                           check=True, start_new_session=True)
+                           check=True, process_group=0)
             self.delivered += 1
         except subprocess.TimeoutExpired:
             self.failed += 1
@@ -343,7 +343,7 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0,
              on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None) -> HookResult:
     """Run `cmd` through the shell with the decision JSON on stdin, for at most `timeout` seconds.
 
-    The hook gets its own session, so its whole process group can be killed: on timeout, and also
+    The hook gets its own process group, so the whole group can be killed: on timeout, and also
     when the hook exits while children it left in the background still run (a hook is a short
     command; to start something lasting it must detach on purpose, e.g. with `setsid`). We never wait
     for EOF on its pipes, so a background child holding stderr open cannot hang us. Its stdout is
@@ -353,9 +353,11 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0,
     """
     data = decision_json.encode("utf-8")
     try:
+        # Its own process group (to kill it whole) but our session: the supervisor's reaper leaves
+        # children of its own session alone, so the exit status stays ours to read.
         proc = subprocess.Popen(cmd, shell=True, cwd=cwd, stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                process_group=0)
     except OSError as exc:
         return HookResult(ok=False, code=None, timed_out=False, stderr_tail=f"cannot start hook: {exc}")
     if on_spawn is not None:

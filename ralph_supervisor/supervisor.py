@@ -34,6 +34,8 @@ from ralph_supervisor.evidence.iterations import (
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import AnalysisQueue, Chunk, OutputTap
 from ralph_supervisor.logging import configure_logging
+from ralph_supervisor.process.linux import CLOCK_TICKS
+from ralph_supervisor.process.tree import member_of, walk
 from ralph_supervisor.report import IterationReport
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.settings import Settings
@@ -43,7 +45,9 @@ log = structlog.get_logger("ralph_supervisor")
 
 TICK_ACTIVE = 0.1
 TICK_IDLE = 0.5
+TICK_MIN = 0.02
 CPU_ACTIVE_FRACTION = 0.01
+CPU_WINDOW_SECONDS = 1.0
 HISTORY_MAX_BYTES = 1_000_000
 HISTORY_TOTAL_BYTES = 5_000_000
 RECENT_REPORTS = 20
@@ -107,7 +111,9 @@ class Supervisor:
         self._settle: asyncio.Event | None = None
         self._stopping_tree = False
         self._last_tree_size = 0
-        self._cpu_seen: dict[tuple[int, float], float] = {}
+        self._cpu_seen: dict[tuple[int, int], int] = {}
+        self._cpu_window_start = time.time()
+        self._cpu_window_ticks = 0
         self._last_cpu_active = time.time()
         self._last_change = time.time()
         self._cmdlines: dict[tuple[int, float, str], tuple[str, tuple[str, ...]]] = {}
@@ -117,6 +123,7 @@ class Supervisor:
         self._paused = False
         self._started_wall = time.time()
         self._handoff_bytes = 0
+        self._wake = asyncio.Event()
         self._cut_short: set[tuple[int, float]] = set()
         """Agent calls that were running when we paused or stopped the tree: never a trial."""
 
@@ -381,6 +388,8 @@ class Supervisor:
         self._handoff_bytes -= result.nbytes
         if self.tracker.marker is None:
             self.tracker.add_output(result, time.time())
+            if self.tracker.current is None:
+                self._wake.set()  # output while no call is known: a short call may be running, sample now
         else:
             for piece, starts in self.tracker.marker_segments(result):
                 if starts and not self._paused_for_good():
@@ -418,17 +427,23 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - a fault of ours never takes the child down
                 log.exception("tick_failed", error=str(exc))
             busy = self.tracker.current is not None or (time.monotonic() - self.tap.counters.last_output_at) < 2
-            await asyncio.sleep(TICK_ACTIVE if busy else TICK_IDLE)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), TICK_ACTIVE if busy else TICK_IDLE)
+                await asyncio.sleep(TICK_MIN)  # woken by output: look now, but not more often than this
+            except asyncio.TimeoutError:
+                pass
 
     async def _tick(self) -> None:
         now = time.time()
         self._on_sigchld()
         self.tailer.poll()
-        members = self.tree.scan() if not self._stopping_tree else []
+        stats = self.tree.sample() if not self._stopping_tree else []
+        members = [member_of(stat) for stat in stats]
         self._record_members(members)
         if self.tracker.marker is None and not self._stopping_tree:
             await self._track_agent_calls(members, now)
-        silent_since = self._silent_since(members, now)
+        silent_since = self._silent_since(stats, now)
         decision = self.breaker.tick(now, silent_since=silent_since)
         if decision.changed:
             await self._apply(decision)
@@ -506,29 +521,31 @@ class Supervisor:
             self._spawn_task(self._apply(decision))
         return call
 
-    def _silent_since(self, members: list[Any], now: float) -> float | None:
-        """Since when the current call (or, in marker mode, the tree) has been silent on every channel."""
-        if self._paused or not members:
+    def _silent_since(self, stats: list[Any], now: float) -> float | None:
+        """Since when the current call (or, in marker mode, the tree) has been silent on every channel:
+        no output, no file change, and under 1 % of one core of CPU (judged over windows of a second)."""
+        if self._paused or not stats:
             return None
         call = self.tracker.current
         if self.tracker.marker is None:
             if call is None or call.pid is None:
                 return None
-            subtree = self.tree.subtree(call.pid)
+            watched = walk(stats, [call.pid], include_roots=True)
         else:
-            subtree = members
-        cpu_active = False
-        for member in subtree:
-            key = (member.pid, member.create_time)
-            cpu = self.tree.cpu_seconds([member.pid])
-            before = self._cpu_seen.get(key)
-            self._cpu_seen[key] = cpu
-            if before is not None and cpu - before > 0:
-                cpu_active = True
-        if len(self._cpu_seen) > 4096:
-            self._cpu_seen.clear()
-        if cpu_active:
-            self._last_cpu_active = now
+            watched = stats
+        ticks = 0
+        seen: dict[tuple[int, int], int] = {}
+        for stat in watched:
+            key = (stat.pid, stat.start_ticks)
+            seen[key] = stat.cpu_ticks
+            ticks += max(0, stat.cpu_ticks - self._cpu_seen.get(key, stat.cpu_ticks))
+        self._cpu_seen = seen
+        self._cpu_window_ticks += ticks
+        window = now - self._cpu_window_start
+        if window >= CPU_WINDOW_SECONDS:
+            if self._cpu_window_ticks / CLOCK_TICKS / window >= CPU_ACTIVE_FRACTION:
+                self._last_cpu_active = now
+            self._cpu_window_start, self._cpu_window_ticks = now, 0
         last_output = time.time() - (time.monotonic() - self.tap.counters.last_output_at)
         start = call.started_wall if call is not None else self._started_wall
         return max(start, last_output, self._last_change, self._last_cpu_active)
@@ -751,7 +768,7 @@ class Supervisor:
     def status(self) -> dict[str, Any]:
         """CONTRACT section 3, plus the live extras the `watch` view shows."""
         data = self.breaker.status()
-        members = self.tree.scan() if hasattr(self, "tree") else []
+        members = self.tree.sample() if hasattr(self, "tree") else []
         child = self.child
         data["supervisor"] = {"pid": os.getpid(), "running": True}
         data["child"] = None if child is None else {
@@ -760,11 +777,8 @@ class Supervisor:
         if call is not None:
             data["current"] = {"iteration": call.number, "started_at": store.iso_utc(call.started_wall),
                                "age_s": round(time.time() - call.started_wall, 1)}
-        tree = []
-        for member in members[:50]:
-            tree.append({"pid": member.pid, "name": member.name,
-                         "cpu_s": round(self.tree.cpu_seconds([member.pid]), 2)})
-        data["tree"] = tree
+        data["tree"] = [{"pid": stat.pid, "name": stat.name, "status": stat.state,
+                         "cpu_s": round(stat.cpu_ticks / CLOCK_TICKS, 2)} for stat in members[:50]]
         data["tap"] = {"bytes_read": self.tap.counters.bytes_read,
                        "analysis_dropped_bytes": self.queue.dropped_bytes,
                        "analysis_lag_bytes": self.queue.lag_bytes,

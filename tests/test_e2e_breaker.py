@@ -30,9 +30,17 @@ def cli(workspace: Path, *args: str, timeout: float = 30) -> subprocess.Complete
 def tree_of(pid: int) -> list[psutil.Process]:
     """The supervisor's live descendants (zombies left out: a frozen parent cannot reap its child)."""
     try:
-        return [p for p in psutil.Process(pid).children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+        children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
+    alive = []
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.Error:
+            continue
+    return alive
 
 
 def stop_supervisor(proc: subprocess.Popen[bytes]) -> None:

@@ -182,8 +182,10 @@ class IterationTracker:
     def add_output(self, result: OutputResult, wall: float) -> None:
         """Route a chunk's findings to its call (process mode; marker mode uses `marker_segments`)."""
         if self.marker is not None:
-            if self.current is not None:
-                self.current.add(result)
+            # Output analysed after the call was ended (the loop exited) is still that call's.
+            target = self.current or next(reversed(self._closing.values()), None)
+            if target is not None:
+                target.add(result)
             return
         closing = self._closing.get(result.tag) if result.tag else None
         if closing is not None:

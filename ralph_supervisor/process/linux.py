@@ -172,6 +172,51 @@ def read_start_ticks(pid: int) -> int | None:
         return None
 
 
+def children_of(pid: int) -> list[int] | None:
+    """The children of a process from /proc/PID/task/*/children; None where the kernel lacks that file.
+
+    Cheap (one read per thread of `pid`) but, as the kernel documents, it may miss a child that is
+    being re-parented at that instant: good for sampling, not for stopping (stop re-scans fully).
+    """
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+                found.extend(int(part) for part in fh.read().split())
+        except FileNotFoundError:
+            if task == str(pid) and not os.path.exists(f"/proc/{pid}/task/{task}/children"):
+                return None
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def descendant_stats(root: int) -> list[ProcStat] | None:
+    """The live descendants of `root`, parents first, following children files; None if unsupported."""
+    found: list[ProcStat] = []
+    queue = [root]
+    seen = {root}
+    index = 0
+    while index < len(queue):
+        kids = children_of(queue[index])
+        index += 1
+        if kids is None:
+            return None
+        for kid in kids:
+            if kid in seen:
+                continue
+            seen.add(kid)
+            stat = read_stat(kid)
+            if stat is not None and stat.alive:
+                found.append(stat)
+                queue.append(kid)
+    return found
+
+
 def all_stats() -> Iterator[ProcStat]:
     """Every process in the system right now (a snapshot that races with forks: callers re-scan)."""
     for entry in os.listdir("/proc"):

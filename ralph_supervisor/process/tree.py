@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import structlog
 
 from ralph_supervisor.process.linux import (
+    descendant_stats,
     CLOCK_TICKS,
     ProcStat,
     all_stats,
@@ -147,6 +148,22 @@ class ProcessTree:
     def scan(self) -> list[Member]:
         """The live members now, parents before children."""
         return [member_of(stat) for stat in self._scan_stats()]
+
+    def sample(self) -> list[ProcStat]:
+        """The members with their CPU ticks, read the cheap way (children files) for periodic sampling.
+
+        Costs reads proportional to the tree, not to the whole system; falls back to a full scan
+        where the kernel has no children files. Stop and pause keep using full scans.
+        """
+        stats = descendant_stats(self._root)
+        if stats is None:
+            return self._scan_stats()
+        if self._exclude is not None:
+            excluded = {s.pid for s in stats if self._exclude(s.pid)}
+            if excluded:
+                stats = walk(stats, [self._root], self._exclude)
+        self._note(stats)
+        return stats
 
     def subtree(self, root_pid: int) -> list[Member]:
         """A process and its live descendants (the root first), e.g. one agent call."""
