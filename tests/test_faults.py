@@ -294,6 +294,7 @@ def test_a_state_folder_made_read_only_mid_run_keeps_supervising_and_exits_with_
     run = new_run(runs, tmp_path / "work")
     run.start("--", "bash", "-c", script, env=loop_env("progress", FAKE_CLAUDE_TOKENS="0"))
     wait_for(lambda: events(run.state_dir, "child_started"), what="child_started")
+    wait_for((run.state_dir / "tree.json").exists, what="the tree record")
     freeze(immutable, run.state_dir)
     go.touch()
     code = run.finish(timeout=15)
