@@ -317,7 +317,8 @@ def main() -> int:
         f"| live Python memory blocks, same points | {' / '.join(f'{b:,}' for _, _, b in samples)} | n/a | | flat |",
         f"| begin+end iteration round-trip | {per_iter:.2f} ms | n/a | | |",
         "",
-        f"Machine: `{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}. "
+        f"Machine: `{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load average at the end {os.getloadavg()[0]:.1f} (shared with other jobs). "
         f"Mean latency ours {statistics.fmean(ours_lat) * 1000 if ours_lat else float('nan'):.2f} ms, "
         f"baseline {statistics.fmean(base_lat) * 1000 if base_lat else float('nan'):.2f} ms."
         + (" (--quick sizes)" if args.quick else ""),

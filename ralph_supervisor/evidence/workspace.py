@@ -834,11 +834,16 @@ class Workspace:
         self._poll_thread.start()
 
     def _poll_loop(self) -> None:
-        while not self._poll_stop.wait(self.poll_interval):
+        """Scan every `poll_interval`, but rest at least twice as long as a scan takes, so a huge tree
+        costs at most about a third of one core (REFERENCE 5: polling a big tree is expensive)."""
+        pause = self.poll_interval
+        while not self._poll_stop.wait(pause):
+            began = time.monotonic()
             try:
                 self._scan()
             except Exception as exc:
                 log.warning("watcher_scan_failed", error=repr(exc))
+            pause = max(self.poll_interval, 2 * (time.monotonic() - began))
 
     def _scan(self, *, initial: bool = False, watched: set[str] | None = None) -> None:
         """One polling pass: stat every non-ignored file, settle what differs from the last pass."""
