@@ -1,5 +1,6 @@
-"""Fuzzing every parser that reads outside input: settings and TOML, ledgers, agent replies, state files,
-control requests.
+"""Fuzzing every parser that reads outside input: settings and TOML, the command line, ledgers and `check`,
+agent replies and error lines, state files (state.json, daily spend, history, the orphan record), the project's
+.gitignore files, control requests and a live control server.
 
 Each property holds for ALL inputs: the parser returns a value or raises its one documented error, whose
 message is one line naming the file, variable, field or key; valid inputs round-trip. Strategies stay inside
