@@ -639,7 +639,9 @@ def test_two_supervisors_started_at_the_same_instant_exactly_one_wins(tmp_path: 
             winner = next(p for p in pair if p is not loser)
             assert loser.returncode == 1 and loser.stderr is not None
             message = loser.stderr.read().decode().strip()
-            assert len(message.splitlines()) == 1 and f"pid {winner.pid}" in message, (workspace.name, message)
+            assert len(message.splitlines()) == 1 and str(workspace) in message, (workspace.name, message)
+            # It names the winner's PID, or (the race in the test below) no PID, but never another one.
+            assert "pid " not in message or f"(pid {winner.pid})" in message, (workspace.name, message)
             assert winner.poll() is None, winner.communicate()[1].decode()[-1500:]
             winners.append(winner)
         for workspace, winner in zip(folders, winners):
@@ -659,3 +661,17 @@ def test_two_supervisors_started_at_the_same_instant_exactly_one_wins(tmp_path: 
                 if proc.stderr is not None:
                     proc.stderr.close()
     assert marked(mark) == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: store.InstanceLock.acquire: a loser that reads the lock file between the "
+                                        "winner's flock and its pwrite of the PID says 'another process', no PID")
+def test_the_loser_of_a_tight_lock_race_always_names_the_winners_pid(tmp_path: Path) -> None:
+    """The lock alone, raced 300 times by forked processes released at the same instant."""
+    result = subprocess.run([sys.executable, str(HELPERS / "fault_lock_race.py"), str(tmp_path), "300"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["none_won"] == 0
+    assert len(summary["loser_messages"]) == len(summary["winner_pids"]) >= 100
+    unnamed = [m for m, pid in zip(summary["loser_messages"], summary["winner_pids"]) if f"(pid {pid})" not in m]
+    assert unnamed == [], f"{len(unnamed)} of {len(summary['winner_pids'])} losers did not name the winner: {unnamed[:2]}"
