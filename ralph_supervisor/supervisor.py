@@ -9,6 +9,7 @@ breaker (pure) answers with `Decision`s; this module applies them to the tree an
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import signal
@@ -166,6 +167,7 @@ class Supervisor:
 
         self.workspace = Workspace(settings.workspace, state_dir=self.state_dir, ignore=settings.ignore,
                                    on_change=self._file_changed_threadsafe)
+        self._ws_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-workspace")
         await asyncio.to_thread(self.workspace.start)
 
         from ralph_supervisor.control import ControlServer
@@ -242,6 +244,7 @@ class Supervisor:
                 pass
         if self.control is not None:
             await self.control.close()
+        self._ws_pool.shutdown(wait=True)
         await asyncio.to_thread(self.workspace.stop)
         self.queue.close()
         self._save_state()
@@ -396,7 +399,7 @@ class Supervisor:
                     now = time.time()
                     ended = self.tracker.finish()
                     if ended is not None:
-                        delta = self.workspace.end_iteration()
+                        delta = self._ws_pool.submit(self.workspace.end_iteration)
                         self._spawn_task(self._report_call(ended, now, delta))
                     self._begin_call(now)
                 self.tracker.add_output(piece, time.time())
@@ -509,7 +512,8 @@ class Supervisor:
         call = self.tracker.start(time.monotonic(), now, pid, create_time)
         if pid is not None and (pid, create_time) in self._cut_short:
             call.cut_short = True
-        self.workspace.begin_iteration()
+        # Iteration boundaries may block briefly (queued kernel events): one worker keeps them in order.
+        self._ws_pool.submit(self.workspace.begin_iteration)
         self._last_cpu_active = now
         log.info("iteration_started", iteration=call.number, pid=pid)
         if self.metrics is not None:
@@ -568,11 +572,13 @@ class Supervisor:
     def _paused_for_good(self) -> bool:
         return self.exit_code is None or self.exit_code.done()
 
-    async def _report_call(self, call: CallEvidence, ended: float, delta: Any = None) -> None:
+    async def _report_call(self, call: CallEvidence, ended: float,
+                           delta_future: concurrent.futures.Future[Any] | None = None) -> None:
         from ralph_supervisor.evidence.replies import parse_agent_output
 
-        if delta is None:
-            delta = self.workspace.end_iteration()
+        if delta_future is None:
+            delta_future = self._ws_pool.submit(self.workspace.end_iteration)
+        delta = await asyncio.wrap_future(delta_future)
         agent = parse_agent_output(call.output_text()) if call.text else None
         signatures = frozenset(error_signature(line) for line in call.error_lines)
         report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
