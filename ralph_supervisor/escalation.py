@@ -198,7 +198,7 @@ def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
     return out
 
 
-def _decide(residual: Residual, decision: Decision) -> list[str]:
+def _decide(residual: Residual, decision: Decision, has_errors: bool = True) -> list[str]:
     if decision.trigger in {"token-budget", "daily-budget", "max-iterations"}:
         return [
             f"- The run reached a cap ({decision.trigger}). Decide whether the work is worth more: raise the cap "
@@ -210,8 +210,10 @@ def _decide(residual: Residual, decision: Decision) -> list[str]:
             "(credentials, a permission, money, an answer), or decide the work should stop.",
             "- Retrying without that change will only burn tokens: do not simply resume.",
         ]
+    worth = ("the errors above are code errors the agent may fix on retry" if has_errors
+             else "nothing in the evidence names a blocker, but the same approach made no progress")
     return [
-        "- Whether another attempt is worth it: the errors above are code errors the agent may fix on retry.",
+        f"- Whether another attempt is worth it: {worth}.",
         "- Whether the plan or prompt needs a change first (a clearer task, a smaller step, a hint about the error).",
         "- Or whether to stop the loop here.",
     ]
@@ -293,7 +295,8 @@ def render_escalation(
     if residual.because:
         out.append("")
         out += [f"- {_code(item) if residual.kind == 'actionable' else one_line(item, 300)}" for item in residual.because]
-    out += ["", "## What a human must decide", ""] + _decide(residual, decision)
+    has_errors = any(r.error_signatures for r in recent)
+    out += ["", "## What a human must decide", ""] + _decide(residual, decision, has_errors)
     out += ["", "## How to continue", ""] + _continue(decision, workspace)
     out += ["", f"## Evidence: the last {len(recent)} iteration(s)", ""] + _evidence_table(recent)
     patterns = error_patterns(recent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import os
 import signal
@@ -54,6 +55,7 @@ HISTORY_TOTAL_BYTES = 5_000_000
 RECENT_REPORTS = 20
 HANDOFF_MAX_BYTES = 8 << 20
 SETTLE_SECONDS = 0.15
+LEDGER_MAX_ATTEMPTS = 1000
 
 
 def thresholds_from(settings: Settings) -> Thresholds:
@@ -84,7 +86,9 @@ def load_breaker(settings: Settings) -> tuple[Breaker, str | None]:
     if data is None:
         return Breaker(thresholds), None
     try:
-        return Breaker.from_dict(thresholds, data.get("breaker", data)), None
+        restored = Breaker.from_dict(thresholds, data.get("breaker", data))
+        # --token-budget is per run (CONTRACT 5); the daily budget is what spans runs.
+        return Breaker(thresholds, dataclasses.replace(restored.snapshot(), tokens_used=0)), None
     except ValueError as exc:
         moved = store.move_aside(path)
         where = f"; moved to {moved.name}" if moved else ""
@@ -699,7 +703,7 @@ class Supervisor:
     def _write_escalation(self, decision: Decision) -> None:
         from ralph_supervisor.escalation import render_escalation
 
-        history = _read_history_tail(self.state_dir / store.HISTORY_FILE, 20)
+        history = _read_history_tail(self.state_dir / store.HISTORY_FILE, 21)[:-1]  # before this open
         summary = {
             "workspace": str(self.settings.workspace),
             "command": " ".join(self.settings.command),
@@ -774,6 +778,9 @@ class Supervisor:
     def status(self) -> dict[str, Any]:
         """CONTRACT section 3, plus the live extras the `watch` view shows."""
         data = self.breaker.status()
+        snapshot = self.breaker.to_dict()
+        for key in ("final", "opened_at", "cooldown_s"):  # for the live view's countdown
+            data[key] = snapshot.get(key)
         members = self.tree.sample() if hasattr(self, "tree") else []
         child = self.child
         data["supervisor"] = {"pid": os.getpid(), "running": True}
@@ -819,6 +826,7 @@ class Supervisor:
 
         self._ledger.append(attempt_dict(report.number, action_summary(report), outcome,
                                          report.first_error or None, report.tokens))
+        del self._ledger[:-LEDGER_MAX_ATTEMPTS]  # bounded: the rules judge the recent tail
         goal = f"supervised: {' '.join(self.settings.command)}"[:200]
         try:
             store.atomic_write_text(self.state_dir / store.LEDGER_FILE, dump_ledger(goal, self._ledger))

@@ -339,8 +339,8 @@ def human_bytes(n: int) -> str:
 
 
 def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
-    if view.get("state") != "OPEN":
-        return None
+    if view.get("state") != "OPEN" or view.get("final") is True or view.get("trigger") == "manual":
+        return None  # a final or manual open waits for a human, not for a clock
     opened = parse_time(view.get("opened_at"))
     cooldown = as_float(view.get("cooldown_s"))
     if opened is None or cooldown is None:
