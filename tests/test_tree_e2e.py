@@ -262,6 +262,31 @@ def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(s
     assert marked(supervised.mark) == []
 
 
+def test_stop_returns_only_once_the_supervisor_has_released_the_folder(supervised: Run) -> None:
+    """A webhook that never answers makes the end of the shutdown slow (the supervisor answers `stop` before
+    its notifier gives up): `stop && run` must still find the folder free."""
+    import socket
+
+    from ralph_supervisor.store import running_supervisor_pid
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections in the backlog, never answers
+    try:
+        supervised.proc = start(supervised.workspace, *FAST, "--notify-webhook",
+                                f"http://127.0.0.1:{silent.getsockname()[1]}/hook", "--", "sleep", "1000",
+                                env={MARK_VAR: supervised.mark}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        supervised.child_pid()
+        assert cli(supervised.workspace, "pause").returncode == 0  # a breaker transition: a notice to deliver
+        stopped = cli(supervised.workspace, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        holder = running_supervisor_pid(supervised.state_dir)
+        assert wait_gone(supervised.proc, 10) == 0
+        assert holder is None, f"`stop` returned while supervisor {holder} still held the folder"
+    finally:
+        silent.close()
+
+
 @pytest.mark.parametrize("command", ["pause", "resume", "stop"])
 def test_control_commands_with_no_supervisor_exit_1_with_one_line(tmp_path: Path, command: str) -> None:
     never = cli(tmp_path, command)
