@@ -15,7 +15,7 @@ echo "== workspace: $work"
 echo "== ralph-supervise --no-progress 3 --cooldown 0.1 --max-opens 2 -- examples/ralph_loop.sh"
 echo
 
-export FAKE_CLAUDE_SCENARIO=progress-then-stuck FAKE_CLAUDE_PROGRESS_CALLS=2 RALPH_LOOP_PAUSE=0.5
+export FAKE_CLAUDE_SCENARIO=progress-then-stuck FAKE_CLAUDE_PROGRESS_CALLS=2 FAKE_CLAUDE_DELAY=1 RALPH_LOOP_PAUSE=0.5
 ralph-supervise run -w "$work" --no-progress 3 --cooldown 0.1 --max-opens 2 --no-echo --log-format console \
     -- "$PWD/examples/ralph_loop.sh" &
 sup=$!

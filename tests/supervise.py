@@ -79,6 +79,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
 
 
 def loop_env(scenario: str, **extra: str) -> dict[str, str]:
-    env = {"FAKE_CLAUDE_SCENARIO": scenario, "RALPH_LOOP_PAUSE": "0.2", "FAKE_CLAUDE_DELAY": "0.3"}
+    env = {"FAKE_CLAUDE_SCENARIO": scenario, "RALPH_LOOP_PAUSE": "0.2", "FAKE_CLAUDE_DELAY": "0.5"}
     env.update(extra)
     return env
