@@ -370,6 +370,66 @@ def test_a_corrupt_state_file_is_moved_aside_with_a_warning_and_the_breaker_star
     no_internal_errors(run)
 
 
+DEEP = b"[" * 200_000
+HUGE_INT = b"1" + b"0" * 5000
+READ_AT_START_BUG = ("BUG: store.read_json_object catches only JSONDecodeError/UnicodeDecodeError: json.loads' "
+                     "RecursionError or int-digits ValueError escapes as 'internal error', exit 1")
+PATHOLOGICAL = [
+    pytest.param("state.json", DEEP, marks=pytest.mark.xfail(strict=True, reason=READ_AT_START_BUG), id="state-deep"),
+    pytest.param("state.json", b'{"state": "CLOSED", "iteration": ' + HUGE_INT + b"}",
+                 marks=pytest.mark.xfail(strict=True, reason=READ_AT_START_BUG), id="state-huge-int"),
+    pytest.param("state.json", b'{"state": "CLOSED", "iteration": 1e999}', id="state-infinite"),
+    pytest.param("state.json", b'{"state": "OPEN", "opened_at": NaN, "cooldown_s": -Infinity}', id="state-nan"),
+    pytest.param("ledger.json", DEEP, marks=pytest.mark.xfail(strict=True, reason=READ_AT_START_BUG),
+                 id="ledger-deep"),
+    pytest.param("ledger.json", b'{"goal": "g", "attempts": [{"iteration": ' + HUGE_INT + b"}]}",
+                 marks=pytest.mark.xfail(strict=True, reason=READ_AT_START_BUG), id="ledger-huge-int"),
+    pytest.param("tree.json", DEEP, marks=pytest.mark.xfail(strict=True, reason=(
+        "BUG: orphans.sweep_orphans catches ValueError/KeyError/TypeError but not the RecursionError of a deeply "
+        "nested tree.json: 'internal error', exit 1")), id="tree-deep"),
+    pytest.param("tree.json", b'{"version": 1, "members": [{"pid": ' + HUGE_INT + b', "start_ticks": 1}]}',
+                 id="tree-huge-int"),
+]
+
+
+@pytest.mark.parametrize(("name", "content"), PATHOLOGICAL)
+def test_a_pathological_state_folder_file_never_stops_the_supervisor_from_starting(
+        tmp_path: Path, runs: list[Run], name: str, content: bytes) -> None:
+    """CONTRACT 2: the supervisor never refuses to start because of its own old files."""
+    workspace = tmp_path / "work"
+    state_dir = workspace / ".ralph-supervise"
+    state_dir.mkdir(parents=True)
+    (state_dir / name).write_bytes(content)
+    run = new_run(runs, workspace)
+    run.start("--", "sh", "-c", "exit 3")
+    assert run.finish(timeout=20) == 3, run.stderr.decode(errors="replace")[-800:]
+    aside = list(state_dir.glob(f"{name}.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == content
+    no_internal_errors(run)
+
+
+@pytest.mark.parametrize("content", [
+    pytest.param(DEEP, marks=pytest.mark.xfail(strict=True, reason=(
+        "BUG: status._from_state_file catches (OSError, ValueError), not json's RecursionError: a traceback, "
+        "exit 1")), id="deep"),
+    pytest.param(b'{"state": "CLOSED", "iteration": ' + HUGE_INT + b"}", marks=pytest.mark.xfail(strict=True, reason=(
+        "BUG: reset reads through store.read_json_object, whose int-digits ValueError escapes: a traceback")),
+        id="huge-int"),
+    pytest.param(CORRUPT_STATES["garbage"], id="garbage"),
+    pytest.param(CORRUPT_STATES["bad-types"], id="bad-types"),
+])
+def test_status_and_reset_without_a_supervisor_survive_a_pathological_state_file(tmp_path: Path, content: bytes) -> None:
+    state_dir = tmp_path / ".ralph-supervise"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_bytes(content)
+    shown = cli(tmp_path, "status", "--json")
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr[-800:]
+    assert json.loads(shown.stdout)["state"] == "CLOSED"
+    reset = cli(tmp_path, "reset")
+    assert reset.returncode == 0 and "Traceback" not in reset.stderr, reset.stderr[-800:]
+    assert read_state(state_dir)["state"] == "CLOSED"
+
+
 def _config_cases(tmp_path: Path) -> dict[str, tuple[list[str], Path]]:
     folder = tmp_path / "conf.d"
     folder.mkdir()
