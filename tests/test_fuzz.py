@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
@@ -244,7 +245,9 @@ def test_any_toml_document_gives_values_or_an_error_naming_the_file_key_and_line
     here: Path, items: list[tuple[str, Any]]
 ) -> None:
     path = fresh(here, "config.toml")
-    path.write_text(toml_document(items), encoding="utf-8")
+    text = toml_document(items)
+    path.write_text(text, encoding="utf-8")
+    items = list(tomllib.loads(text).items())  # the values as TOML reads them back (a datetime loses its fold)
     refused = _first_refusal(items)
     try:
         values = read_config_file(path)
@@ -415,7 +418,9 @@ def _no_tilde_user(text: str) -> str:
 ARG = (
     st.sampled_from(FLAGS)
     | st.sampled_from(["--", "-h", "--help", "--he", "--no", "-x", "--bogus", "--grace=1", "--tail=*.log", "-wfoo"])
-    | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12).map(_no_tilde_user)
+    # no line breaks: an argument holding one is echoed raw into the error (see the xfail test below)
+    | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r"), max_size=12)
+    .map(_no_tilde_user)
     | NEAR_VALID.map(_no_tilde_user)
 )
 
@@ -451,6 +456,24 @@ def test_any_command_line_gives_settings_or_one_line_or_help(here: Path, argv: l
 
 # -------------------------------------------------------------------------------------------------
 # Settings: inputs fuzzing found to break a parser (see the report of issue 8)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: an argument holding a line break reaches the error message raw, so the "
+                   "one-line error is two lines: argparse's 'unrecognized arguments: ...' (cli.py _Parser.error) and "
+                   "'-w/--workspace: DIR is not a directory' / '--config: FILE is not a readable file' (settings.py "
+                   "load_settings, cli.py _state_dir); fold whitespace or use !r there")
+@budget(10)
+@given(argv=st.sampled_from([["\n"], ["-w", "/no/such\nfolder", "--", "true"], ["--config", "a\rb", "--", "true"],
+                             ["--", "true", "x"], ["stray\nword", "--", "true"]]))
+@example(argv=["\n"])
+@example(argv=["-w", "/no/such\nfolder", "--", "true"])
+def test_an_argument_with_a_line_break_still_gives_a_one_line_error(argv: list[str]) -> None:
+    try:
+        build_run_settings(argv, {})
+    except SettingsError as exc:
+        assert one_line(str(exc)), repr(str(exc))
+
+
 
 
 @pytest.mark.xfail(strict=True, reason="BUG: settings._number calls float() on a TOML integer too big for a float "
