@@ -185,14 +185,14 @@ def test_pause_freezes_every_process_and_resume_thaws_them(supervised: Run) -> N
     assert marked(supervised.mark) == []
 
 
-def test_stop_of_a_paused_tree_leaves_nothing(supervised: Run) -> None:
+@pytest.mark.parametrize("how", ["stop", "sigterm"])
+def test_stop_of_a_paused_tree_leaves_nothing(supervised: Run, how: str) -> None:
     """Frozen processes do not act on TERM until thawed: a stop must still end them all."""
     supervised.start("bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
     assert cli(supervised.workspace, "pause").returncode == 0
-    assert cli(supervised.workspace, "stop").returncode == 0
-    assert wait_gone(supervised.proc, 10) == 0
+    assert _stop(supervised, how) == (0 if how == "stop" else 143)
     assert marked(supervised.mark) == []
     assert all(e["survivors"] == 0 for e in events(supervised.state_dir, "tree_stopped"))
 
@@ -230,6 +230,42 @@ def test_after_sigkill_the_child_dies_and_the_next_run_sweeps_the_leftovers_firs
     assert still_alive(old_tree) == [], "processes of the old tree survived the sweep"
     assert port_bindable(port)
 
+    assert cli(supervised.workspace, "stop").returncode == 0
+    assert wait_gone(supervised.proc, 10) == 0
+    assert marked(supervised.mark) == []
+
+
+def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(supervised: Run) -> None:
+    """Two people (or scripts) pressing pause and resume at once never leave the tree half frozen."""
+    import threading
+
+    from ralph_supervisor.control import ControlError, request
+
+    supervised.start("bash", "-c", "trap '' TERM; for i in $(seq 20); do (setsid sleep 1000 &); sleep 1000 & done; "
+                                   "while :; do sleep 0.05; done")
+    wait_for(lambda: len(supervised.tree()) >= 40, what="the tree")
+    failures: list[str] = []
+
+    def send(cmd: str) -> None:
+        try:
+            request(supervised.state_dir, cmd, timeout=20)
+        except ControlError as exc:
+            failures.append(f"{cmd}: {exc}")
+
+    for last in ("resume", "pause", "resume"):
+        burst = [threading.Thread(target=send, args=("pause" if i % 2 else "resume",)) for i in range(12)]
+        for thread in burst:
+            thread.start()
+        for thread in burst:
+            thread.join()
+        send(last)
+        seen = set(states(supervised.tree()).values())
+        if last == "pause":
+            assert seen == {psutil.STATUS_STOPPED}, seen
+        else:
+            assert psutil.STATUS_STOPPED not in seen, seen
+        assert status(supervised.workspace)["child"]["paused"] is (last == "pause")
+    assert failures == []
     assert cli(supervised.workspace, "stop").returncode == 0
     assert wait_gone(supervised.proc, 10) == 0
     assert marked(supervised.mark) == []
