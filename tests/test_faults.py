@@ -486,8 +486,12 @@ def test_binary_and_nul_output_is_logged_byte_exact_and_marker_iterations_still_
     no_internal_errors(run)
 
 
-def test_a_100_mib_line_is_logged_byte_exact_with_bounded_supervisor_memory(tmp_path: Path, runs: list[Run]) -> None:
+@pytest.mark.parametrize("as_agent", [False, True], ids=["plain-child", "agent-call"])
+def test_a_100_mib_line_is_logged_byte_exact_with_bounded_supervisor_memory(
+        tmp_path: Path, runs: list[Run], as_agent: bool) -> None:
+    """As plain output, and as the output of an agent call (an iteration, whose text the tracker keeps)."""
     import hashlib
+    import shutil
 
     sys.path.insert(0, str(HELPERS))
     try:
@@ -497,9 +501,12 @@ def test_a_100_mib_line_is_logged_byte_exact_with_bounded_supervisor_memory(tmp_
     mib = 100
     control = tmp_path / "control"
     control.mkdir()
+    script = HELPERS / "fault_big_line.py"
+    if as_agent:
+        script = Path(shutil.copy(script, control / "claude"))  # `python .../claude` is an agent call
     run = new_run(runs, tmp_path / "work")
     run.start("--log-max-bytes", "200MB", "--log-total-bytes", "400MB",
-              "--", sys.executable, str(HELPERS / "fault_big_line.py"), str(control), str(mib))
+              "--", sys.executable, str(script), str(control), str(mib))
     wait_for(lambda: events(run.state_dir, "child_started"), what="child_started")
     time.sleep(0.5)  # the supervisor settled: its watcher primed, its first ticks done
     assert run.proc is not None
@@ -512,7 +519,8 @@ def test_a_100_mib_line_is_logged_byte_exact_with_bounded_supervisor_memory(tmp_
     after = peak_rss(run.proc.pid)
     (control / "go-exit").touch()
     assert run.finish(timeout=20) == 0
-    print(f"\nsupervisor peak RSS: {before / MiB:.1f} MiB before the line, {after / MiB:.1f} MiB after it")
+    print(f"\nsupervisor peak RSS ({'agent call' if as_agent else 'plain child'}): {before / MiB:.1f} MiB before "
+          f"the line, {after / MiB:.1f} MiB after it")
     assert after < 100 * MiB, f"peak RSS {after / MiB:.0f} MiB for a 100 MiB line"
     assert after - before < 40 * MiB, f"a 100 MiB line grew the supervisor by {(after - before) / MiB:.0f} MiB"
     expected = hashlib.sha256(block() * mib + b"\n").hexdigest()
@@ -521,6 +529,8 @@ def test_a_100_mib_line_is_logged_byte_exact_with_bounded_supervisor_memory(tmp_
         for piece in iter(lambda: fh.read(8 * MiB), b""):
             digest.update(piece)
     assert log.stat().st_size == size and digest.hexdigest() == expected
+    if as_agent:
+        assert [e["output_bytes"] for e in events(run.state_dir, "iteration_finished")] == [size]
     no_internal_errors(run)
 
 
