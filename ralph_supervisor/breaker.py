@@ -306,11 +306,18 @@ def _opt_int_field(d: Mapping[str, Any], name: str) -> int | None:
     return _int_field(d, name)
 
 
+def _finite(value: int | float) -> bool:
+    """Finite and representable as a float (a 400-digit int is not: float() would overflow)."""
+    if isinstance(value, int):
+        return abs(value) < 1e300
+    return math.isfinite(value)
+
+
 def _float_field(d: Mapping[str, Any], name: str) -> float:
     value = d.get(name, 0.0)
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
         raise _bad(name, "a non-negative finite number", value)
     return float(value)
 
@@ -319,7 +326,7 @@ def _opt_float_field(d: Mapping[str, Any], name: str) -> float | None:
     if d.get(name) is None:
         return None
     value = d[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
         raise _bad(name, "a finite number or null", value)
     return float(value)
 

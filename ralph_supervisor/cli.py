@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from ralph_supervisor import __version__
-from ralph_supervisor.settings import OPTIONS, STATE_DIR_NAME, Settings, SettingsError, load_settings, parse_flag
+from ralph_supervisor.settings import (
+    OPTIONS,
+    STATE_DIR_NAME,
+    Settings,
+    SettingsError,
+    expand_path,
+    load_settings,
+    parse_flag,
+)
 
 SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch")
 USAGE = """\
@@ -33,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit 1 (not usage text and exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        raise SettingsError(message)
+        raise SettingsError(" ".join(message.split()))  # one line, whatever the arguments held
 
 
 def _workspace_args(parser: argparse.ArgumentParser) -> None:
@@ -60,11 +68,11 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _state_dir(workspace: str | None, state_dir: str | None) -> Path:
-    root = Path(workspace or ".").expanduser()
+    root = expand_path(workspace or ".", "-w/--workspace")
     if not root.is_dir():
-        raise SettingsError(f"-w/--workspace: {root} is not a directory")
+        raise SettingsError(f"-w/--workspace: {str(root)!r} is not a directory")
     if state_dir:
-        path = Path(state_dir).expanduser()
+        path = expand_path(state_dir, "--state-dir")
         return path if path.is_absolute() else (root / path).resolve()
     return root.resolve() / STATE_DIR_NAME
 
@@ -179,7 +187,7 @@ def cmd_watch(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     from ralph_supervisor import watch
 
-    root = Path(args.workspace or ".").resolve()
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
     return watch.main(root, _state_dir(args.workspace, args.state_dir), once=args.once)
 
 

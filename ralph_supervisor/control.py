@@ -81,7 +81,7 @@ def parse_request(line: bytes, commands: frozenset[str] = COMMANDS) -> dict[str,
         raise ControlError("empty request: expected a JSON object like {\"cmd\": \"status\"}")
     try:
         request = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is one; huge ints raise plain ValueError
         raise ControlError(f"request is not valid JSON: {one_line(str(exc), 120)}") from None
     if not isinstance(request, dict):
         raise ControlError(f"request must be a JSON object, got {type(request).__name__}")

@@ -7,6 +7,7 @@ Every bad value is one `SettingsError` naming the flag, the variable or the file
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -56,8 +57,8 @@ def _number(minimum: float, maximum: float | None = None, *, above: bool = False
             raise ValueError(f"expected {describe()}")
         try:
             value = float(raw)
-        except (TypeError, ValueError):
-            raise ValueError(f"expected {describe()}, got {raw!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"expected {describe()}, got {_short(raw)}") from None
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"expected {describe()}, got {raw!r}")
         if (value <= minimum if above else value < minimum) or (maximum is not None and value > maximum):
@@ -83,7 +84,10 @@ def _size(minimum: int) -> Callable[[Any], int]:
             match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(raw))
             if not match or match.group(2).lower() not in _SIZE_UNITS:
                 raise ValueError(f"expected a size like 50MB or 1048576, got {raw!r}")
-            value = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+            number = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+            if not math.isfinite(number):
+                raise ValueError(f"expected a size like 50MB or 1048576, got {_short(raw)}")
+            value = int(number)
         if value < minimum:
             raise ValueError(f"expected a size of at least {minimum} bytes, got {value}")
         return value
@@ -145,7 +149,7 @@ def _regex(raw: Any) -> str | None:
         return None
     try:
         re.compile(text)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"not a valid regular expression ({exc})") from None
     return text
 
@@ -166,9 +170,27 @@ def _port(raw: Any) -> int | None:
     return value
 
 
+def expand_path(text: str, what: str) -> Path:
+    """`~` expanded; an unknown `~user` is a SettingsError naming the flag, not a crash."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise SettingsError(f"{what}: cannot expand {text!r} (no such user)") from None
+
+
+def _short(raw: Any, limit: int = 60) -> str:
+    text = repr(raw)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _path(raw: Any) -> Path | None:
     text = _text(raw).strip()
-    return Path(text).expanduser() if text else None
+    if not text:
+        return None
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise ValueError(f"cannot expand {text!r} (no such user)") from None
 
 
 @dataclass(frozen=True)
@@ -377,18 +399,18 @@ def load_settings(
     `flags` holds already-parsed flag values (see `parse_flag`), keyed by option name.
     """
     env = os.environ if env is None else env
-    root = Path(workspace or ".").expanduser()
+    root = expand_path(workspace or ".", "-w/--workspace")
     if not root.is_dir():
-        raise SettingsError(f"-w/--workspace: {root} is not a directory")
+        raise SettingsError(f"-w/--workspace: {str(root)!r} is not a directory")
     root = root.resolve()
     merged: dict[str, Any] = {option.name: option.default for option in OPTIONS}
     sources: dict[str, str] = {}
 
     config_path: Path | None
     if config is not None:
-        config_path = Path(config).expanduser()
+        config_path = expand_path(config, "--config")
         if not config_path.is_file():
-            raise SettingsError(f"--config: {config_path} is not a readable file")
+            raise SettingsError(f"--config: {str(config_path)!r} is not a readable file")
     else:
         candidate = root / CONFIG_FILE_NAME
         config_path = candidate if candidate.is_file() else None
@@ -403,7 +425,7 @@ def load_settings(
         merged[name] = value
         sources[name] = f"flag {OPTIONS_BY_NAME[name].flag}"
 
-    state = Path(state_dir).expanduser() if state_dir else root / STATE_DIR_NAME
+    state = expand_path(state_dir, "--state-dir") if state_dir else root / STATE_DIR_NAME
     if not state.is_absolute():
         state = (root / state).resolve()
     if merged["log_total_bytes"] < merged["log_max_bytes"]:

@@ -6,6 +6,7 @@ With a supervisor running, the live answer comes over its control socket; withou
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +17,28 @@ STATUS_KEYS = ("state", "trigger", "reason", "iteration", "consecutive_no_progre
 
 
 def _from_state_file(state_dir: Path) -> tuple[dict[str, Any], str | None]:
-    """The breaker part of the status from `state.json`, without moving anything (status only reads)."""
-    data: dict[str, Any] = {"state": "CLOSED", "trigger": "none", "reason": "", "iteration": 0,
-                            "consecutive_no_progress": 0, "consecutive_same_error": 0, "consecutive_failures": 0,
-                            "total_opens": 0, "tokens_used": 0}
+    """The breaker part of the status from `state.json`, validated like the supervisor reads it.
+
+    Status only reads: a bad file is reported (and the defaults shown), never moved or rewritten.
+    """
+    from ralph_supervisor.breaker import Breaker, Thresholds
+
+    defaults = Breaker(Thresholds()).status()
     path = state_dir / store.STATE_FILE
     try:
-        import json
-
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return data, None
-    except (OSError, ValueError) as exc:
-        return data, f"{path} is unreadable ({exc}); showing defaults"
-    if isinstance(raw, dict):
-        for key in STATUS_KEYS:
-            value = raw.get(key)
-            if value is not None and isinstance(value, type(data[key])) and not isinstance(value, bool):
-                data[key] = value
-        if isinstance(raw.get("cooldown_s"), (int, float)):
-            data["cooldown_s"] = raw["cooldown_s"]
-        if isinstance(raw.get("opened_at"), (int, float)):
-            data["opened_at"] = raw["opened_at"]
+        return defaults, None
+    except (OSError, ValueError, RecursionError) as exc:
+        return defaults, f"{path} is unreadable ({str(exc)[:200]}); showing defaults"
+    try:
+        breaker = Breaker.from_dict(Thresholds(), raw)
+    except (ValueError, OverflowError, TypeError, RecursionError) as exc:
+        return defaults, f"{path}: {str(exc)[:200]}; showing defaults"
+    data = breaker.status()
+    snapshot = breaker.to_dict()
+    for key in ("final", "opened_at", "cooldown_s"):
+        data[key] = snapshot.get(key)
     return data, None
 
 
@@ -130,8 +131,6 @@ def reset(state_dir: Path) -> str:
         history = state_dir / store.HISTORY_FILE
         entry = {"ts": store.iso_utc(), "iteration": breaker.iteration, "from": (data or {}).get("state", "CLOSED"),
                  "to": "CLOSED", "trigger": "manual", "reason": "reset by ralph-supervise reset"}
-        import json
-
         try:
             with open(history, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry) + "\n")

@@ -101,8 +101,8 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
         raise CorruptFile(path, f"unreadable ({exc.strerror or exc})", None) from None
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFile(path, f"not valid JSON ({exc})", move_aside(path)) from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, huge ints, deep nesting
+        raise CorruptFile(path, f"not valid JSON ({str(exc)[:200]})", move_aside(path)) from None
     if not isinstance(data, dict):
         raise CorruptFile(path, "not a JSON object", move_aside(path))
     return data

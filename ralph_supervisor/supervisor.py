@@ -89,7 +89,7 @@ def load_breaker(settings: Settings) -> tuple[Breaker, str | None]:
         restored = Breaker.from_dict(thresholds, data.get("breaker", data))
         # --token-budget is per run (CONTRACT 5); the daily budget is what spans runs.
         return Breaker(thresholds, dataclasses.replace(restored.snapshot(), tokens_used=0)), None
-    except ValueError as exc:
+    except (ValueError, OverflowError, RecursionError, TypeError) as exc:
         moved = store.move_aside(path)
         where = f"; moved to {moved.name}" if moved else ""
         return Breaker(thresholds), f"{path}: {exc}{where}; starting CLOSED"
@@ -889,7 +889,7 @@ def _read_history_tail(path: Path, count: int) -> list[dict[str, Any]]:
     for line in lines:
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(entry, dict):
             entries.append(entry)

@@ -458,10 +458,6 @@ def test_any_command_line_gives_settings_or_one_line_or_help(here: Path, argv: l
 # Settings: inputs fuzzing found to break a parser (see the report of issue 8)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an argument holding a line break reaches the error message raw, so the "
-                   "one-line error is two lines: argparse's 'unrecognized arguments: ...' (cli.py _Parser.error) and "
-                   "'-w/--workspace: DIR is not a directory' / '--config: FILE is not a readable file' (settings.py "
-                   "load_settings, cli.py _state_dir); fold whitespace or use !r there")
 @budget(10)
 @given(argv=st.sampled_from([["\n"], ["-w", "/no/such\nfolder", "--", "true"], ["--config", "a\rb", "--", "true"],
                              ["--", "true", "x"], ["stray\nword", "--", "true"]]))
@@ -476,8 +472,6 @@ def test_an_argument_with_a_line_break_still_gives_a_one_line_error(argv: list[s
 
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: settings._number calls float() on a TOML integer too big for a float "
-                   "and raises OverflowError instead of SettingsError (settings.py, _number.parse)")
 @budget(10)
 @given(name=st.sampled_from(["stall", "grace", "cooldown", "paraphrase", "output_decline", "hook_timeout"]),
        digits=st.integers(310, 400))
@@ -489,8 +483,6 @@ def test_a_huge_toml_integer_for_a_number_option_is_a_settings_error(here: Path,
         read_config_file(path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: settings._size turns a long digit string into float inf and int(inf) "
-                   "raises OverflowError instead of SettingsError (settings.py, _size.parse)")
 @budget(10)
 @given(flag=st.sampled_from(["--log-max-bytes", "--log-total-bytes", "--line-cap"]), digits=st.integers(310, 400))
 @example(flag="--line-cap", digits=309)
@@ -500,8 +492,6 @@ def test_a_huge_size_flag_is_a_settings_error(here: Path, flag: str, digits: int
         build_run_settings(["-w", str(workspace), flag, "9" * digits, "--", "true"], {})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: settings._regex catches re.error only; re.compile raises "
-                   "OverflowError for a repeat count above 2**32-1 (settings.py, _regex)")
 @budget(10)
 @given(count=st.integers(2**32, 2**80))
 @example(count=4294967296)
@@ -511,8 +501,6 @@ def test_a_regex_with_a_huge_repeat_count_is_a_settings_error(here: Path, count:
         build_run_settings(["-w", str(workspace), "--iteration-marker", f"a{{{count}}}", "--", "true"], {})
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Path.expanduser() raises RuntimeError for ~unknownuser; -w, --config, "
-                   "--state-dir and metrics_textfile let it escape (settings.py load_settings/_path, cli.py _state_dir)")
 @budget(5)
 @given(flag=st.sampled_from(["-w", "--config", "--state-dir", "--metrics-textfile"]))
 @example(flag="-w")
@@ -1010,8 +998,6 @@ def test_a_breaker_snapshot_round_trips_through_state_json(snap: Snapshot) -> No
     assert Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _float_field/_opt_float_field call math.isfinite on a JSON integer too "
-                   "big for a float and raise OverflowError instead of ValueError naming the field (breaker.py)")
 @budget(10)
 @given(field=st.sampled_from(["cooldown_s", "opened_at", "changed_at", "trial_started_at"]), digits=st.integers(310, 4000))
 @example(field="cooldown_s", digits=400)
@@ -1114,11 +1100,6 @@ def test_the_supervisor_starts_from_any_state_json(here: Path, raw: bytes) -> No
         assert breaker.state is State.CLOSED
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: json.loads raises RecursionError on deeply nested input and ValueError on "
-                   "a >4300-digit integer; store.read_json_object catches neither, so load_daily_spend, reset and the "
-                   "supervisor's load_breaker raise too (it then refuses to start, against CONTRACT section 2); "
-                   "status._from_state_file misses RecursionError; load_breaker also misses the OverflowError of "
-                   "Breaker.from_dict (store.py read_json_object, status.py, supervisor.py load_breaker)")
 @budget(15)
 @given(raw=st.sampled_from([b"[" * 100_000, b'{"a": ' + b"[" * 50_000, b'{"tokens": ' + b"1" * 4301 + b"}",
                             b'{"cooldown_s": 1' + b"0" * 400 + b"}"]),
@@ -1145,9 +1126,6 @@ def test_a_deeply_nested_or_huge_number_state_file_never_crashes_a_reader(here: 
         assert breaker.state is State.CLOSED and warning
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: status copies any string `state`/`trigger` and any integer counter from "
-                   "state.json, so `status --json` can show values outside CONTRACT section 3 (status.py, "
-                   "_from_state_file; validating with Snapshot.from_dict would fix it)")
 @budget(20)
 @given(doc=st.fixed_dictionaries({}, optional={"state": st.text(max_size=6), "trigger": st.text(max_size=6),
                                                "iteration": st.integers(-5, 5)}))
@@ -1200,9 +1178,6 @@ def test_the_escalation_reads_any_history_tail(here: Path, lines: list[bytes]) -
     assert all(isinstance(e, dict) for e in entries) and len(entries) <= 20
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: supervisor._read_history_tail catches ValueError only; a deeply nested "
-                   "line in history.jsonl raises RecursionError while the escalation is written, as the breaker opens "
-                   "(supervisor.py, _read_history_tail: catch RecursionError too)")
 def test_a_deeply_nested_history_line_is_skipped(here: Path) -> None:
     path = fresh(here, store.HISTORY_FILE)
     path.write_bytes(b'{"to": "OPEN"}\n' + b"[" * 50_000 + b"\n")
@@ -1294,8 +1269,6 @@ def test_an_orphan_record_of_garbage_or_strangers_kills_nothing(here: Path) -> N
         assert _still_alive(proc, stat.start_ticks)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _parse_record lets json.loads' RecursionError escape sweep_orphans on a "
-                   "deeply nested tree.json (orphans.py, sweep_orphans catches ValueError/KeyError/TypeError only)")
 def test_a_deeply_nested_orphan_record_is_set_aside(here: Path) -> None:
     path = fresh(here, "tree.json")
     path.write_bytes(b"[" * 100_000)
@@ -1303,9 +1276,6 @@ def test_a_deeply_nested_orphan_record_is_set_aside(here: Path) -> None:
     assert not path.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (hardening): _parse_record accepts any NAME=value as the tree marker, so "
-                   "a record naming e.g. HOME=/root sweeps every process of the user carrying it (orphans.py, "
-                   "_parse_record: require marker.startswith(MARKER_VAR + '='))")
 def test_a_record_whose_marker_is_not_the_tree_marker_kills_nothing(here: Path) -> None:
     token = uuid.uuid4().hex
     with bystander({"RALPH_FUZZ_BYSTANDER": token}) as proc:
@@ -1351,10 +1321,6 @@ def test_gitignore_rules_from_plain_patterns_decide_every_path(
         assert rules.is_ignored(names[-1], is_dir=is_dir)  # a plain name ignores that name
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ignore._spec hands every .gitignore line to pathspec, which raises "
-                   "GitIgnorePatternError on a lone '!' or '\\\\' and re.error on '[z-a]'; git itself skips such lines, "
-                   "but `run` exits 1 with 'internal error' at start (load_ignore_rules) and with_gitignore raises "
-                   "when the agent writes such a line later (evidence/ignore.py _spec)")
 @budget(40)
 @given(text=st.lists(st.text("!*?[]-\\/az# ", max_size=6), max_size=5).map("\n".join))
 @example(text="node_modules\n!\n")
@@ -1397,9 +1363,6 @@ def test_any_request_line_is_a_request_or_one_line_control_error(line: bytes) ->
         assert isinstance(request, dict) and request["cmd"] in COMMANDS
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: parse_request catches JSONDecodeError and RecursionError, but json.loads "
-                   "raises plain ValueError for an integer of more than 4300 digits (control.py, parse_request); the "
-                   "server then drops the client without an answer")
 @budget(5)
 @given(digits=st.integers(4301, 60_000))
 @example(digits=4301)

@@ -64,7 +64,7 @@ _SCAN_LITERALS_B: tuple[bytes, ...] = (b"RROR:", b"xception")
 # Stage 1 on fragments of a line that is not decodable JSON: an error-named key and, when recognisable, its
 # value (a falsy literal, or a JSON string).
 _ERROR_FIELD = re.compile(
-    r'"[^"]*error[^"]*"\s*:\s*'
+    r'"(?=[^"]*error)[^"]*+"\s*:\s*'  # lookahead + possessive: linear on long non-JSON lines
     r'(?:(?P<falsy>false|null|0+(?:\.0+)?|""|\[\s*\]|\{\s*\})(?![\w.])'
     r'|(?P<string>"(?:[^"\\]|\\.)*")'
     r")?",

@@ -46,7 +46,18 @@ def _spec(lines: Iterable[str]) -> pathspec.PathSpec | None:
     cleaned = [line.rstrip("\r\n") for line in lines]
     if not any(line.strip() and not line.lstrip().startswith("#") for line in cleaned):
         return None
-    return pathspec.GitIgnoreSpec.from_lines(cleaned)
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(cleaned)
+    except Exception:  # noqa: BLE001 - pathspec raises its own errors and re.error: keep what git would keep
+        kept = []
+        for line in cleaned:
+            try:
+                pathspec.GitIgnoreSpec.from_lines([line])
+            except Exception:  # noqa: BLE001
+                log.warning("ignore_pattern_invalid", pattern=line[:200])
+                continue
+            kept.append(line)
+        return pathspec.GitIgnoreSpec.from_lines(kept) if kept else None
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def sweep_orphans(path: Path, grace: float = 1.0) -> int:
         return 0
     try:
         recorded, marker, same_boot = _parse_record(raw)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
             path.replace(aside)
@@ -158,7 +158,7 @@ def _parse_record(raw: bytes) -> tuple[set[tuple[int, int]], bytes | None, bool]
             raise ValueError(f"bad member {row!r}")
         recorded.add((pid, ticks))
     marker = document.get("marker")
-    if marker is not None and (not isinstance(marker, str) or "=" not in marker):
+    if marker is not None and (not isinstance(marker, str) or not marker.startswith(MARKER_VAR + "=")):
         raise ValueError(f"bad marker {marker!r}")
     same_boot = document.get("boot_id") == boot_id()
     return recorded, marker.encode() if marker else None, same_boot
