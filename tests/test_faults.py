@@ -22,6 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.fault_big_line import block
+from tests.helpers.fault_binary import expected as binary_output
 from tests.helpers.fault_procs import (
     MARK_VAR,
     cli,
@@ -43,7 +45,10 @@ MiB = 1 << 20
 
 
 class Run:
-    """One supervisor process on a workspace, with a marker its whole tree inherits."""
+    """One supervisor process on a workspace, with a marker its whole tree inherits.
+
+    Its stderr goes to a file, not a pipe: a test that does not read for a while must never block the
+    supervisor's logging (a full pipe would freeze its event loop and fake a hang)."""
 
     def __init__(self, workspace: Path, state_dir: Path | None = None) -> None:
         self.workspace = workspace
@@ -51,26 +56,30 @@ class Run:
         self.state_dir = state_dir or workspace / ".ralph-supervise"
         self.mark = new_mark()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.stderr = b""
+        self._stderr_files: list[Path] = []
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        self.proc = start(self.workspace, *FAST, *args, env={MARK_VAR: self.mark, **(env or {})},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        path = self.workspace.parent / f"supervisor-{self.mark[:8]}-{len(self._stderr_files)}.stderr"
+        self._stderr_files.append(path)
+        with open(path, "wb") as err:
+            self.proc = start(self.workspace, *FAST, *args, env={MARK_VAR: self.mark, **(env or {})},
+                              stdout=subprocess.DEVNULL, stderr=err)
         return self.proc
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(p.read_bytes() for p in self._stderr_files if p.exists())
 
     def finish(self, timeout: float) -> int:
         """Wait for the supervisor to exit by itself; kill it (and fail) if it hangs."""
         assert self.proc is not None
         try:
-            _, err = self.proc.communicate(timeout=timeout)
+            return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-            self.stderr += err
+            self.proc.wait()
             raise AssertionError(f"the supervisor hung (no exit within {timeout}s); stderr tail: "
                                  f"{self.stderr.decode(errors='replace')[-1500:]}") from None
-        self.stderr += err
-        return self.proc.returncode
 
     def logged(self, name: str | None = None) -> list[dict]:
         """Events the supervisor printed on stderr (they reach it even when events.jsonl cannot be written)."""
@@ -78,17 +87,13 @@ class Run:
         return [e for e in found if name is None or e.get("event") == name]
 
     def cleanup(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
             try:
-                _, err = self.proc.communicate(timeout=15)
+                self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                _, err = self.proc.communicate()
-            except ValueError:
-                err = b""
-            self.stderr += err or b""
+                self.proc.wait()
         kill_marked(self.mark)
 
 
@@ -131,7 +136,7 @@ def test_sigkill_mid_iteration_then_restart_keeps_breaker_and_ledger_and_leaves_
     time.sleep(0.2)  # inside the third agent call
     assert first.proc is not None
     first.proc.kill()
-    first.proc.communicate(timeout=10)
+    first.proc.wait(timeout=10)
     leftovers = identities(marked(first.mark))
     assert leftovers, "the setsid'd sleep at least should have outlived the SIGKILL"
 
@@ -179,7 +184,7 @@ def test_repeated_sigkills_at_random_moments_never_corrupt_the_state_files(tmp_p
         time.sleep(rng.uniform(0.0, 0.4))
         assert run.proc is not None
         run.proc.kill()
-        run.proc.communicate(timeout=10)
+        run.proc.wait(timeout=10)
         saved = json.loads((run.state_dir / "state.json").read_text())
         assert saved["iteration"] >= last_iteration
         last_iteration = saved["iteration"]
@@ -518,17 +523,12 @@ def test_an_unreadable_config_is_exit_1_with_one_line_naming_the_file(
 
 def test_binary_and_nul_output_is_logged_byte_exact_and_marker_iterations_still_count(
         tmp_path: Path, runs: list[Run]) -> None:
-    sys.path.insert(0, str(HELPERS))
-    try:
-        from fault_binary import expected
-    finally:
-        sys.path.remove(str(HELPERS))
     calls = 5
     run = new_run(runs, tmp_path / "work")
     run.start("--iteration-marker", "^=== call \\d+ ===$", "--no-progress", "50", "--same-error", "50",
               "--max-failures", "50", "--", sys.executable, str(HELPERS / "fault_binary.py"), str(calls))
     assert run.finish(timeout=20) == 0
-    assert (run.state_dir / "child.log").read_bytes() == expected(calls)
+    assert (run.state_dir / "child.log").read_bytes() == binary_output(calls)
     started = [e["iteration"] for e in events(run.state_dir, "iteration_started")]
     assert started == list(range(1, calls + 1))
     no_internal_errors(run)
@@ -541,11 +541,6 @@ def test_a_100_mib_line_is_logged_byte_exact_with_bounded_supervisor_memory(
     import hashlib
     import shutil
 
-    sys.path.insert(0, str(HELPERS))
-    try:
-        from fault_big_line import block
-    finally:
-        sys.path.remove(str(HELPERS))
     mib = 100
     control = tmp_path / "control"
     control.mkdir()

@@ -60,11 +60,15 @@ class Run:
         self.state_dir = self.workspace / ".ralph-supervise"
         self.mark = new_mark()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
 
     def start(self, *command: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-        self.proc = start(self.workspace, *FAST, *extra, "--", *command,
-                          env={MARK_VAR: self.mark, "MARKS": str(self.marks)},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr to a file, never an unread pipe: a full pipe would block the supervisor's logging.
+        with open(self.marks / f"supervisor-{self.starts}.stderr", "wb") as err:
+            self.proc = start(self.workspace, *FAST, *extra, "--", *command,
+                              env={MARK_VAR: self.mark, "MARKS": str(self.marks)},
+                              stdout=subprocess.DEVNULL, stderr=err)
+        self.starts += 1
         return self.proc
 
     def tree(self) -> list[psutil.Process]:
@@ -79,12 +83,12 @@ class Run:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.communicate(timeout=15)
+                self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.communicate()
-        elif self.proc is not None:
-            self.proc.communicate()
+                self.proc.wait()
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()
         kill_marked(self.mark)
 
 
@@ -309,9 +313,7 @@ def test_stop_returns_only_once_the_supervisor_has_released_the_folder(supervise
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections in the backlog, never answers
     try:
-        supervised.proc = start(supervised.workspace, *FAST, "--notify-webhook",
-                                f"http://127.0.0.1:{silent.getsockname()[1]}/hook", "--", "sleep", "1000",
-                                env={MARK_VAR: supervised.mark}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        supervised.start("sleep", "1000", extra=("--notify-webhook", f"http://127.0.0.1:{silent.getsockname()[1]}/hook"))
         supervised.child_pid()
         assert cli(supervised.workspace, "pause").returncode == 0  # a breaker transition: a notice to deliver
         stopped = cli(supervised.workspace, "stop")
