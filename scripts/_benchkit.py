@@ -165,6 +165,8 @@ def start(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] |
     # RALPH_BENCH_SOURCE: measure another copy of the package (e.g. a candidate patch) with the same script.
     source = os.environ.get("RALPH_BENCH_SOURCE", str(ROOT))
     full_env["PYTHONPATH"] = source + os.pathsep + full_env.get("PYTHONPATH", "")
+    if cwd is None:
+        cwd = Path(source)  # `python -m` puts the working directory first on sys.path
     if env:
         full_env.update(env)
     proc = subprocess.Popen(list(argv), cwd=cwd, env=full_env, stdin=stdin, stdout=stdout,
