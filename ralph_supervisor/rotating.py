@@ -67,8 +67,10 @@ class RotatingFile:
         """Append `data`, rotating as needed. Errors are reported once and the bytes dropped."""
         if not data:
             return
+        start = None
         try:
             fd = self._open()
+            start = self._size
             view = memoryview(data)
             while view:
                 room = self.max_bytes - self._size
@@ -85,6 +87,12 @@ class RotatingFile:
                 self._failed = False
         except OSError as exc:
             self.dropped_bytes += len(data)
+            if self.whole_lines and self._fd is not None and start is not None and self._size > start:
+                try:  # a short write then ENOSPC: take the half line back, so the file stays whole lines
+                    os.ftruncate(self._fd, start)
+                    self._size = start
+                except OSError:
+                    pass
             if not self._failed:
                 self._failed = True
                 if self._on_error is not None:

@@ -134,24 +134,45 @@ class InstanceLock:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 os.close(fd)
                 raise
-            try:
-                pid = int(os.pread(fd, 32, 0).decode().strip() or 0) or None
-            except (ValueError, OSError):
-                pid = None
+            pid = _read_owner(fd)
             os.close(fd)
             raise AlreadyRunning(pid, self.path.parent) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the PID is a courtesy for the "already running" message; the flock is the lock
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self.fd = fd
 
     def release(self) -> None:
+        """Unlock. The PID stays in the file: whether anyone runs is the flock's answer, not the text's."""
         if self.fd is not None:
-            try:
-                os.ftruncate(self.fd, 0)
-            except OSError:
-                pass
             os.close(self.fd)
             self.fd = None
+
+
+def _read_owner(fd: int, patience: float = 0.3) -> int | None:
+    """The lock holder's PID. It writes it just after taking the lock (over a dead predecessor's),
+    so wait a moment for a live one to appear."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            pid = int(os.pread(fd, 32, 0).decode().strip() or 0) or None
+        except (ValueError, OSError):
+            pid = None
+        if (pid is not None and _alive(pid)) or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def running_supervisor_pid(state_dir: Path) -> int | None:

@@ -56,6 +56,7 @@ RECENT_REPORTS = 20
 HANDOFF_MAX_BYTES = 8 << 20
 SETTLE_SECONDS = 0.15
 LEDGER_MAX_ATTEMPTS = 1000
+SHUTDOWN_WAIT_SECONDS = 5.0
 
 
 def thresholds_from(settings: Settings) -> Thresholds:
@@ -128,6 +129,7 @@ class Supervisor:
         self._paused = False
         self._started_wall = time.time()
         self._handoff_bytes = 0
+        self._warned: set[str] = set()
         self._wake = asyncio.Event()
         self._cut_short: set[tuple[int, float]] = set()
         """Agent calls that were running when we paused or stopped the tree: never a trial."""
@@ -150,7 +152,6 @@ class Supervisor:
 
         self._tree_marker = new_marker()  # NAME=value, put into the child's environment
         self._member_record = MemberRecord(self.state_dir / store.TREE_FILE, marker=self._tree_marker)
-        self._record_failed = False
         self.tree = ProcessTree(os.getpid(), self.reaper, exclude=lambda pid: pid in self._hook_pids)
         self._install_signals()
 
@@ -241,11 +242,13 @@ class Supervisor:
             await self._stop_tree("supervisor_exit")
         self.tap.detach_all()
         self._on_sigchld()
+        deadline = time.monotonic() + SHUTDOWN_WAIT_SECONDS
         for task in list(self._background):
             try:
-                await asyncio.wait_for(task, max(5.0, self.settings.hook_timeout + 2))
+                await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic()))
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
+        self._kill_hooks()  # a hook still running when we leave is cut off (its runner thread then returns)
         if self.control is not None:
             await self.control.close()
         self._ws_pool.shutdown(wait=True)
@@ -259,7 +262,10 @@ class Supervisor:
         self.sd.stopping()
         self.child_log.close()
         self.history.close()
-        self._member_record.clear()
+        try:
+            self._member_record.clear()
+        except OSError as exc:
+            self._warn_once("tree_record_failed", error=str(exc))
 
     def _finish(self, code: int) -> None:
         if self.exit_code is not None and not self.exit_code.done():
@@ -322,13 +328,15 @@ class Supervisor:
 
     async def _child_ended_by_itself(self, code: int) -> None:
         """The loop ended on its own: finish the call in progress, clear the rest of the tree, exit with its code."""
-        await self.tap.wait_closed(timeout=1.0)
-        if self.tree.scan():
-            await self._stop_tree("child_exited")
-        if self._finishing is not None:
-            await asyncio.shield(self._finishing)
-        await self._finish_call(self.tracker.current)
-        self._finish(code)
+        try:
+            await self.tap.wait_closed(timeout=1.0)
+            if self.tree.scan():
+                await self._stop_tree("child_exited")
+            if self._finishing is not None:
+                await asyncio.shield(self._finishing)
+            await self._finish_call(self.tracker.current)
+        finally:
+            self._finish(code)  # whatever went wrong in the bookkeeping, the child's code is the answer
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
@@ -340,6 +348,7 @@ class Supervisor:
             log.warning("signal_received", signal=signal.Signals(signum).name, action="kill the tree now")
             result = self.tree.kill_now()
             self._log_tree_stopped(result, "second_signal")
+            self._kill_hooks()
             self._finish(code)
 
     async def _stop_and_exit(self, code: int, why: str) -> None:
@@ -361,6 +370,15 @@ class Supervisor:
                 self.child = None
         finally:
             self._stopping_tree = False
+
+    def _kill_hooks(self) -> None:
+        """SIGKILL the process group of every hook still running (hooks lead their own group)."""
+        for pid in list(self._hook_pids):
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                self._hook_pids.discard(pid)
 
     def _log_tree_stopped(self, result: Any, why: str) -> None:
         survivors = [m.pid for m in result.survivors]
@@ -466,11 +484,8 @@ class Supervisor:
                 self.metrics.tree_size(size)
         try:
             self._member_record.record(members)
-            self._record_failed = False
         except OSError as exc:
-            if not self._record_failed:
-                log.warning("tree_record_failed", error=str(exc))
-            self._record_failed = True
+            self._warn_once("tree_record_failed", error=str(exc))
 
     def _identity(self, member: Any) -> tuple[str, tuple[str, ...]]:
         """Name and command line, cached per process image (an exec, e.g. a pyenv shim, changes the name)."""
@@ -592,12 +607,7 @@ class Supervisor:
 
     async def _observe(self, report: IterationReport, now: float) -> None:
         self.reports.append(report)
-        daily = 0
-        if report.tokens:
-            spend = store.add_daily_spend(self.state_dir / store.DAILY_FILE, report.tokens, now)
-            daily = spend.tokens
-        else:
-            daily = store.load_daily_spend(self.state_dir / store.DAILY_FILE, now)[0].tokens
+        daily = self._daily_tokens(report.tokens, now)
         outcome = outcome_of(report)
         log.info("iteration_finished", iteration=report.number, files_changed=report.files_changed,
                  commits=report.commits, output_bytes=report.output_bytes, errors=len(report.error_signatures),
@@ -714,7 +724,7 @@ class Supervisor:
             text = render_escalation(decision, list(self.reports), history, summary, store.iso_utc())
             store.atomic_write_text(self.state_dir / store.ESCALATION_FILE, text)
         except Exception as exc:  # noqa: BLE001 - the summary is a courtesy; the stop is not
-            log.warning("escalation_unwritable", error=str(exc))
+            self._warn_once("escalation_unwritable", error=str(exc))
 
     def _run_hook(self, decision: Decision) -> None:
         cmd = self.settings.on_open_hook
@@ -806,11 +816,26 @@ class Supervisor:
         data["supervisor_pid"] = os.getpid()
         try:
             store.atomic_write_json(self.state_dir / store.STATE_FILE, data)
-            self._state_write_failed = False
         except OSError as exc:
-            if not getattr(self, "_state_write_failed", False):
-                log.warning("state_unwritable", error=str(exc))
-            self._state_write_failed = True
+            self._warn_once("state_unwritable", error=str(exc))
+
+    def _daily_tokens(self, tokens: int, now: float) -> int:
+        """Today's tokens across runs, this iteration's added once. A full disk costs the record, not the judging."""
+        path = self.state_dir / store.DAILY_FILE
+        try:
+            if tokens:
+                return store.add_daily_spend(path, tokens, now).tokens
+            return store.load_daily_spend(path, now)[0].tokens
+        except OSError as exc:
+            self._warn_once("daily_spend_unwritable", error=str(exc))
+            self._daily_fallback = getattr(self, "_daily_fallback", 0) + tokens
+            return self._daily_fallback
+
+    def _warn_once(self, event: str, **fields: Any) -> None:
+        """One warning per kind of trouble (a full disk would otherwise say so every iteration)."""
+        if event not in self._warned:
+            self._warned.add(event)
+            log.warning(event, **fields)
 
     def _load_ledger(self) -> None:
         try:
@@ -831,7 +856,7 @@ class Supervisor:
         try:
             store.atomic_write_text(self.state_dir / store.LEDGER_FILE, dump_ledger(goal, self._ledger))
         except OSError as exc:
-            log.warning("ledger_unwritable", error=str(exc))
+            self._warn_once("ledger_unwritable", error=str(exc))
 
     def _sd_status(self) -> str:
         from ralph_supervisor.sdnotify import status_text

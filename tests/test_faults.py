@@ -234,8 +234,6 @@ def test_a_full_state_disk_costs_log_bytes_but_never_the_child_or_its_exit_code(
     assert marked(run.mark) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: store.InstanceLock.acquire lets the ENOSPC of writing its PID into the "
-                                        "lock file escape after flock succeeded: exit 1 'cannot lock', child never run")
 def test_a_state_disk_already_full_at_start_still_runs_the_child(
         tmp_path: Path, tiny_disk: Path, runs: list[Run]) -> None:
     with open(tiny_disk / "filler", "wb") as fh:
@@ -253,8 +251,6 @@ def test_a_state_disk_already_full_at_start_still_runs_the_child(
 DISK_FILLER = "head -c 3000000 /dev/zero | tr '\\0' x; echo; RALPH_LOOP_MAX=3 exec {loop}"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: supervisor._observe lets the daily-spend write's OSError escape: "
-                                        "iterations are never judged and run() hangs after the child exits")
 def test_iterations_are_still_judged_and_the_exit_code_passed_when_the_state_disk_is_full(
         tmp_path: Path, tiny_disk: Path, runs: list[Run]) -> None:
     run = new_run(runs, tmp_path / "work", tiny_disk)
@@ -265,8 +261,6 @@ def test_iterations_are_still_judged_and_the_exit_code_passed_when_the_state_dis
     no_internal_errors(run)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ledger_unwritable is logged on every iteration (and tree_record_failed "
-                                        "again after each success-by-no-write) instead of once")
 def test_a_full_state_disk_is_reported_once_per_file(tmp_path: Path, tiny_disk: Path, runs: list[Run]) -> None:
     run = new_run(runs, tmp_path / "work", tiny_disk)
     run.start("--state-dir", str(tiny_disk), "--", "bash", "-c", DISK_FILLER.format(loop=LOOP),
@@ -293,8 +287,6 @@ def fill_up(folder: Path) -> Path:
     return filler
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rotating.RotatingFile.write leaves the head of a line a full disk cut short "
-                                        "(short write, then ENOSPC); the next line is glued to it: events.jsonl corrupt")
 def test_json_lines_files_stay_whole_lines_when_the_disk_fills_up_and_frees_again(
         tmp_path: Path, tiny_disk: Path, runs: list[Run]) -> None:
     run = new_run(runs, tmp_path / "work", tiny_disk)
@@ -346,8 +338,6 @@ def freeze(paths: list[Path], folder: Path) -> None:
         assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: at shutdown MemberRecord.clear() lets PermissionError/EROFS escape "
-                                        "(orphans.py clear catches only FileNotFoundError): exit 1 'internal error'")
 def test_a_state_folder_made_read_only_mid_run_keeps_supervising_and_exits_with_the_childs_code(
         tmp_path: Path, immutable: list[Path], runs: list[Run]) -> None:
     go = tmp_path / "go"
@@ -659,8 +649,6 @@ def test_a_hook_that_never_returns_is_cut_off_and_supervision_goes_on(
     no_internal_errors(run)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: supervisor._shutdown waits up to hook_timeout+2 s for a hung hook's task; "
-                                        "a second SIGTERM neither cuts that wait nor kills the hook")
 def test_a_second_signal_ends_the_supervisor_at_once_even_while_a_hook_hangs(tmp_path: Path, runs: list[Run]) -> None:
     run = new_run(runs, tmp_path / "work")
     run.start("--no-progress", "2", "--paraphrase", "0", "--cooldown", "10", "--on-open-hook", "sleep 1000",
@@ -809,8 +797,6 @@ def test_two_supervisors_started_at_the_same_instant_exactly_one_wins(tmp_path: 
     assert marked(mark) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: store.InstanceLock.acquire: a loser that reads the lock file between the "
-                                        "winner's flock and its pwrite of the PID says 'another process', no PID")
 def test_the_loser_of_a_tight_lock_race_always_names_the_winners_pid(tmp_path: Path) -> None:
     """The lock alone, raced 300 times by forked processes released at the same instant."""
     result = subprocess.run([sys.executable, str(HELPERS / "fault_lock_race.py"), str(tmp_path), "300"],
