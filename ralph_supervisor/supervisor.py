@@ -128,7 +128,8 @@ class Supervisor:
         self._restart_pending = False
         self._paused = False
         self._started_wall = time.time()
-        self._handoff_bytes = 0
+        self._handed_over = 0  # bytes the analysis worker handed to the loop (written by the worker only)
+        self._taken_over = 0  # bytes the loop took (written by the loop only)
         self._warned: set[str] = set()
         self._wake = asyncio.Event()
         self._cut_short: set[tuple[int, float]] = set()
@@ -401,16 +402,19 @@ class Supervisor:
             markers = tuple(i for i, text in enumerate(texts) if marker.search(text))
         result = OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, texts, tuple(errors), markers)
         # Bound what waits for the event loop: the worker (never the reader) waits when the loop is behind.
-        while self._handoff_bytes > HANDOFF_MAX_BYTES and not self.loop.is_closed():
+        # Two counters, each written by one thread only, so no update is lost between them.
+        patience = time.monotonic() + 2.0
+        while (self._handed_over - self._taken_over > HANDOFF_MAX_BYTES and not self.loop.is_closed()
+               and time.monotonic() < patience):
             time.sleep(0.005)
-        self._handoff_bytes += result.nbytes
+        self._handed_over += result.nbytes
         try:
             self.loop.call_soon_threadsafe(self._output_analysed, result)
         except RuntimeError:
-            self._handoff_bytes -= result.nbytes
+            pass
 
     def _output_analysed(self, result: OutputResult) -> None:
-        self._handoff_bytes -= result.nbytes
+        self._taken_over += result.nbytes
         if self.tracker.marker is None:
             self.tracker.add_output(result, time.time())
             if self.tracker.current is None:
