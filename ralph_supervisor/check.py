@@ -232,21 +232,9 @@ def load_daily_state(path: Path) -> DailyState | None:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so a reader never sees half a file."""
-    import tempfile
+    from ralph_supervisor.store import atomic_write_text
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_text(path, text)
 
 
 def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:

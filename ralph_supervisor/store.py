@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,21 +51,41 @@ def prepare_state_dir(state_dir: Path) -> None:
             pass
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically: temp file in the same folder, fsync, rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `data` to `path` atomically: a unique temp file in the same folder, fsync, rename, fsync
+    of the folder. A reader (or a crash) sees the old content or the new, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
         os.replace(tmp, path)
     except BaseException:
+        if fd >= 0:
+            os.close(fd)
         try:
-            tmp.unlink()
+            os.unlink(tmp)
         except OSError:
             pass
         raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -35,6 +35,7 @@ from ralph_supervisor.process.linux import (
     signal_if_same,
 )
 from ralph_supervisor.process.tree import Member, walk
+from ralph_supervisor.store import atomic_write_bytes
 
 log = structlog.get_logger(__name__)
 
@@ -203,21 +204,4 @@ def _self_and_ancestors() -> set[int]:
 def _write_atomically(path: Path, data: bytes) -> None:
     """Temp file in the same folder, fsync, rename: a reader sees the old record or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write_bytes(path, data, mode=0o600)
