@@ -97,12 +97,7 @@ class RotatingFile:
                 self._failed = True
                 if self._on_error is not None:
                     self._on_error(exc)
-            if self._fd is not None:
-                try:
-                    os.close(self._fd)
-                except OSError:
-                    pass
-                self._fd = None
+            self.close()  # reopened (and re-measured) on the next write
 
     def close(self) -> None:
         if self._fd is not None:

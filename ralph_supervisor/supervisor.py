@@ -769,20 +769,14 @@ class Supervisor:
             await self._pause_tree()
             self._save_state()
             return {"message": f"paused {self._last_tree_size} processes", **self.status()}
-        if cmd == "resume":
-            decision = self.breaker.resume(now)
+        if cmd in ("resume", "reset"):
+            decision = self.breaker.resume(now) if cmd == "resume" else self.breaker.reset()
             if decision.changed:
                 self._record_transition(decision)
-            await self._start_trial()
+            await self._start_trial()  # thaw the tree, or start the command again
             self._save_state()
-            return {"message": "resumed: the next iteration is the trial", **self.status()}
-        if cmd == "reset":
-            decision = self.breaker.reset()
-            if decision.changed:
-                self._record_transition(decision)
-            await self._start_trial()
-            self._save_state()
-            return {"message": "breaker reset to CLOSED", **self.status()}
+            message = "resumed: the next iteration is the trial" if cmd == "resume" else "breaker reset to CLOSED"
+            return {"message": message, **self.status()}
         if cmd == "stop":
             await self._stop_tree("stop_request")
             self._finish(0)
