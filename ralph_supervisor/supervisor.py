@@ -53,7 +53,7 @@ CPU_WINDOW_SECONDS = 1.0
 HISTORY_MAX_BYTES = 1_000_000
 HISTORY_TOTAL_BYTES = 5_000_000
 RECENT_REPORTS = 20
-HANDOFF_MAX_BYTES = 8 << 20
+HANDOFF_MAX_BYTES = 2 << 20
 SETTLE_SECONDS = 0.15
 LEDGER_MAX_ATTEMPTS = 1000
 SHUTDOWN_WAIT_SECONDS = 5.0
@@ -254,7 +254,7 @@ class Supervisor:
             await self.control.close()
         self._ws_pool.shutdown(wait=True)
         await asyncio.to_thread(self.workspace.stop)
-        self.queue.close()
+        await asyncio.to_thread(self.queue.close)  # never block the loop: the worker may be handing off to it
         self._save_state()
         self._write_metrics_textfile(force=True)
         self.notifier.close()
@@ -394,8 +394,10 @@ class Supervisor:
 
     def _analyse(self, chunk: Chunk, lines: list[bytes]) -> None:
         """Worker thread: decode, filter errors, find markers; hand the findings to the event loop."""
-        texts = tuple(line.decode("utf-8", "replace") for line in lines)
-        errors = error_lines_in_chunk(b"\n".join(lines)) if lines else []
+        joined = b"\n".join(lines)
+        # One decode and one split per chunk (a line holds no b"\n", so this equals decoding line by line).
+        texts = tuple(joined.decode("utf-8", "replace").split("\n")) if lines else ()
+        errors = error_lines_in_chunk(joined) if lines else []
         markers: tuple[int, ...] = ()
         marker = self.tracker.marker
         if marker is not None:
@@ -405,7 +407,7 @@ class Supervisor:
         # Two counters, each written by one thread only, so no update is lost between them.
         patience = time.monotonic() + 2.0
         while (self._handed_over - self._taken_over > HANDOFF_MAX_BYTES and not self.loop.is_closed()
-               and time.monotonic() < patience):
+               and not self.queue.closed and time.monotonic() < patience):
             time.sleep(0.005)
         self._handed_over += result.nbytes
         try:
@@ -951,6 +953,9 @@ def run_supervisor(settings: Settings) -> int:
     except OSError as exc:
         print(f"ralph-supervise: cannot lock {lock.path}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    # The reader (event loop) and the analysis thread share the GIL: with the default 5 ms switch interval
+    # every os.read/os.write of the reader may wait 5 ms for a busy analysis thread to let go of it.
+    sys.setswitchinterval(0.0005)
     events = configure_logging(settings.state_dir / store.EVENTS_FILE, settings.log_format)
     code = 1
     try:

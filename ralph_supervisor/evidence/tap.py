@@ -22,6 +22,10 @@ from ralph_supervisor.rotating import RotatingFile
 
 READ_SIZE = 1 << 20
 PIPE_SIZE = 1 << 20
+BURST_YIELD = 4.0
+"""While a backlog waits, the analysis thread sleeps this many times as long as it just worked (CPU time)."""
+BURST_BACKLOG = 1 << 20
+"""A backlog is this many bytes waiting: small bursts (a call starting, stdout and stderr together) never wait."""
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
@@ -41,17 +45,27 @@ class LineSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         lines: list[bytes] = []
         start = 0
-        size = len(data)
-        while start < size:
-            end = data.find(b"\n", start)
+        if self._partial or self._skipping:
+            end = data.find(b"\n")
             if end < 0:
-                self._append(data[start:])
-                break
-            self._append(data[start:end])
+                self._append(data)
+                return lines
+            self._append(data[:end])
             lines.append(bytes(self._partial))
             self._partial.clear()
             self._skipping = False
             start = end + 1
+        # The rest is split in C: a per-line Python loop here holds the GIL the reader needs.
+        parts = (data[start:] if start else data).split(b"\n")
+        tail = parts.pop()
+        cap = self.cap
+        for index, line in enumerate(parts):
+            if len(line) > cap:
+                parts[index] = line[:cap]
+                self.cut_lines += 1
+        lines.extend(parts)
+        if tail:
+            self._append(tail)
         return lines
 
     def _append(self, piece: bytes) -> None:
@@ -104,7 +118,7 @@ Analyse = Callable[[Chunk, list[bytes]], None]
 class AnalysisQueue:
     """A queue bounded in bytes between the reader and the analysis worker thread."""
 
-    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 16 << 20) -> None:
+    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 4 << 20) -> None:
         self._analyse = analyse
         self._line_cap = line_cap
         self._max_bytes = max_bytes
@@ -133,6 +147,10 @@ class AnalysisQueue:
             return self.submitted
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def lag_bytes(self) -> int:
         return self._bytes
 
@@ -159,6 +177,8 @@ class AnalysisQueue:
                     return
                 chunk = self._items.popleft()
                 self._bytes -= len(chunk.data)
+                backlog = self._bytes >= BURST_BACKLOG and not self._closed
+            started = time.thread_time()
             splitter = self._splitters.get(chunk.source)
             if splitter is None:
                 splitter = self._splitters[chunk.source] = LineSplitter(self._line_cap)
@@ -173,6 +193,11 @@ class AnalysisQueue:
             with self._cond:
                 self.done += 1
                 self._cond.notify_all()
+            if backlog:
+                # Behind a burst: give the GIL back for as long as we held it, so the reader (which
+                # needs it after every read and write) keeps the child's pipe drained. What we cannot
+                # keep up with is dropped at the queue's bound, and counted.
+                time.sleep(min(0.05, time.thread_time() - started) * BURST_YIELD)
 
     def close(self, timeout: float = 2.0) -> None:
         with self._cond:
