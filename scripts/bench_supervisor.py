@@ -220,7 +220,13 @@ def bench_output(total: int) -> tuple[list[kit.Row], dict[str, float]]:
         sampler = kit.Sampler(sup.pid, interval=0.1)
         started = time.monotonic()
         ready.touch()
-        code, usage = kit.wait_rusage(sup, timeout=3600)
+        try:
+            code, usage = kit.wait_rusage(sup, timeout=60 + total / 20e6)
+            exited = True
+        except subprocess.TimeoutExpired:  # the supervisor did not exit after the child: say so, stop it
+            exited = False
+            kit.stop_supervisor(sup, timeout=10)
+            code, usage = sup.returncode, None
         elapsed = time.monotonic() - started
         sampler.stop()
     finally:
@@ -236,12 +242,13 @@ def bench_output(total: int) -> tuple[list[kit.Row], dict[str, float]]:
     fifths = [fifth(i) for i in range(5)]
     rss_before = before[0] / 1024 if before else float("nan")
     rss_end = samples[-1].rss_kib / 1024 if samples else float("nan")
-    peak = usage.ru_maxrss / 1024
+    peak = usage.ru_maxrss / 1024 if usage is not None else max(s.hwm_kib for s in samples) / 1024
     flat = fifths[4] <= fifths[1] + max(4.0, fifths[1] * 0.10)
     gb = total / 1e9
-    rows = [kit.Row(f"RSS after {gb:.1f} GB of output ({gb * 1000 / elapsed:.0f} MB/s, exit {code})",
+    how = f"exit {code}" if exited else "**the supervisor did not exit after the child; stopped**"
+    rows = [kit.Row(f"RSS after {gb:.1f} GB of output ({gb * 1000 / elapsed:.0f} MB/s, {how})",
                     kit.fmt_mib(rss_end), kit.fmt_mib(rss_before) + " before", f"{rss_end / rss_before:.2f}",
-                    f"flat, < {RSS_LIMIT_MIB:.0f} MiB", flat and peak < RSS_LIMIT_MIB),
+                    f"flat, < {RSS_LIMIT_MIB:.0f} MiB", flat and rss_end < RSS_LIMIT_MIB),
             kit.Row(f"peak RSS during the {gb:.1f} GB", kit.fmt_mib(peak), "", "", f"< {RSS_LIMIT_MIB:.0f} MiB",
                     peak < RSS_LIMIT_MIB)]
     return rows, {"fifths": fifths, "before": rss_before, "end": rss_end, "peak": peak, "seconds": elapsed}

@@ -79,7 +79,18 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
     started = time.monotonic()
     proc = kit.start(kit.supervisor_argv(workspace, child_argv(size, stamp)))
     sampler = kit.Sampler(proc.pid, interval=0.02)
-    code, usage = kit.wait_rusage(proc)
+    limit = 60 + size / 20e6  # far beyond any sane run: 20 MB/s plus a minute
+    hung = False
+    try:
+        code, usage = kit.wait_rusage(proc, timeout=limit)
+    except kit.subprocess.TimeoutExpired:
+        hung = True
+        proc.send_signal(kit.signal.SIGTERM)
+        try:
+            code, usage = kit.wait_rusage(proc, timeout=10)
+        except kit.subprocess.TimeoutExpired:
+            proc.kill()
+            code, usage = kit.wait_rusage(proc, timeout=10)
     whole = time.monotonic() - started
     sampler.stop()
     state = workspace / ".ralph-supervise"
@@ -91,10 +102,15 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
         "hwm_mib": sampler.peak_hwm_mib,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "logged_mb": logged / 1e6,
+        "hung": hung,
+        "limit_s": limit,
     }
     kit.shutil.rmtree(workspace, ignore_errors=True)
-    if code != 0:
+    if code != 0 and not hung:
         raise SystemExit(f"bench_tap: the supervised run exited {code}")
+    if hung:
+        print(f"bench_tap: the supervisor had not exited {limit:.0f} s after it started (the child had finished"
+              f" after {result['child_s']:.1f} s): SIGTERM, then SIGKILL", file=sys.stderr, flush=True)
     return result
 
 
@@ -171,11 +187,18 @@ def main(argv: list[str] | None = None) -> int:
         f"| {i + 1} | {c['child_s']:.2f} s / {c['whole_s']:.2f} s | {s['child_s']:.2f} s / {s['whole_s']:.2f} s "
         f"| {s['maxrss_mib']:.1f} MiB | {s['cpu_s']:.2f} s |"
         for i, (c, s) in enumerate(zip(cat_runs, sup_runs)))
+    hung_runs = [i + 1 for i, r in enumerate(sup_runs) if r["hung"]]
+    rows.append(kit.Row("supervised runs where the supervisor did not exit after the child", str(len(hung_runs)),
+                        "", "", "0", not hung_runs))
     verdict = "Both targets are met." if ratio <= RATIO_TARGET and peak_rss < RSS_TARGET_MB else (
         "**Not every target is met**: " + "; ".join(
             x for x in (f"child time ratio {ratio:.2f} > {RATIO_TARGET}" if ratio > RATIO_TARGET else "",
                         f"peak RSS {peak_rss:.1f} MiB >= {RSS_TARGET_MB:.0f} MiB" if peak_rss >= RSS_TARGET_MB
                         else "") if x) + " (see the notes below).")
+    if hung_runs:
+        verdict += (f" **The supervisor did not exit after the child in round(s) {', '.join(map(str, hung_runs))}**: it"
+                    f" was still running {sup_runs[hung_runs[0] - 1]['limit_s']:.0f} s after it started and was"
+                    " stopped with SIGTERM (then SIGKILL); those runs' whole-process times are that limit.")
     md = f"""## Output tap: {size_mib} MiB through the supervisor vs `cat > file`
 
 Machine: {kit.machine_line()}; load average {load_start:.1f} at the start, {load_end:.1f} at the end (the machine
