@@ -46,6 +46,7 @@ from ralph_supervisor.signature import error_signature
 log = structlog.get_logger("ralph_supervisor")
 
 TICK_ACTIVE = 0.1
+TICK_OUTPUT = 0.25
 TICK_IDLE = 0.5
 TICK_MIN = 0.02
 CPU_ACTIVE_FRACTION = 0.01
@@ -212,15 +213,16 @@ class Supervisor:
         return code
 
     def _start_extras(self) -> None:
-        from ralph_supervisor.metrics import Metrics
         from ralph_supervisor.notify import Notifier
         from ralph_supervisor.sdnotify import SystemdNotifier
 
         settings = self.settings
         self.sd = SystemdNotifier()
         self.notifier = Notifier(webhook_url=settings.notify_webhook, desktop=settings.notify_desktop)
-        self.metrics: Metrics | None = None
+        self.metrics: Any = None
         if settings.metrics_port is not None or settings.metrics_textfile is not None:
+            from ralph_supervisor.metrics import Metrics  # prometheus_client only when asked for
+
             self.metrics = Metrics(str(settings.workspace))
             if settings.metrics_port is not None:
                 try:
@@ -457,13 +459,23 @@ class Supervisor:
                 raise
             except Exception as exc:  # noqa: BLE001 - a fault of ours never takes the child down
                 log.exception("tick_failed", error=str(exc))
-            busy = self.tracker.current is not None or (time.monotonic() - self.tap.counters.last_output_at) < 2
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), TICK_ACTIVE if busy else TICK_IDLE)
+                await asyncio.wait_for(self._wake.wait(), self._tick_interval(time.monotonic()))
                 await asyncio.sleep(TICK_MIN)  # woken by output: look now, but not more often than this
             except asyncio.TimeoutError:
                 pass
+
+    def _tick_interval(self, now: float) -> float:
+        """Sample fast only when a call may be starting (output, no call yet) or has just started; slower
+        while a long call runs: its end can wait a moment, and a stall is judged in minutes."""
+        call = self.tracker.current
+        output = now - self.tap.counters.last_output_at < 2
+        if call is None:
+            return TICK_ACTIVE if output else TICK_IDLE
+        if now - call.started_at < 2:
+            return TICK_ACTIVE
+        return TICK_OUTPUT if output else TICK_IDLE
 
     async def _tick(self) -> None:
         now = time.time()

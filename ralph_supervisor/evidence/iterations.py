@@ -23,7 +23,8 @@ from ralph_supervisor.report import IterationReport
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
 NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "--help", "-h"})
 MAX_ERROR_LINES = 50
-MAX_TEXT_BYTES = 8 << 20
+MAX_TEXT_BYTES = 2 << 20
+"""The tail of a call's output kept for reading its reply (the result object comes last)."""
 PENDING_SECONDS = 10.0
 PENDING_MAX_BYTES = 2 << 20
 
