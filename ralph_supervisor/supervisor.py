@@ -164,7 +164,7 @@ class Supervisor:
                                     on_error=lambda exc: log.warning("history_unwritable", error=str(exc)))
         marker = settings.iteration_marker
         self.tracker = IterationTracker(settings.iteration_process, marker, self.breaker.iteration)
-        self.queue = AnalysisQueue(self._analyse, settings.line_cap)
+        self.queue = AnalysisQueue(self._analyse, settings.line_cap, on_drop=self._output_dropped)
         echo = settings.echo if settings.echo is not None else _isatty(1)
         self.tap = OutputTap(self.child_log, self.queue, echo_fd=1 if echo else None, tag=lambda: self.tracker.tag)
         self.tailer = Tailer(settings.workspace, settings.tail_globs(), self._tailed)
@@ -417,8 +417,15 @@ class Supervisor:
         except RuntimeError:
             pass
 
+    def _output_dropped(self, chunk: Chunk) -> None:
+        """The analysis fell behind and skipped this chunk: its bytes still belong to their iteration."""
+        self._route_output(OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, (), ()))
+
     def _output_analysed(self, result: OutputResult) -> None:
         self._taken_over += result.nbytes
+        self._route_output(result)
+
+    def _route_output(self, result: OutputResult) -> None:
         if self.tracker.marker is None:
             self.tracker.add_output(result, time.time())
             if self.tracker.current is None:

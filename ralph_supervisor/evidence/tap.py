@@ -118,11 +118,14 @@ Analyse = Callable[[Chunk, list[bytes]], None]
 class AnalysisQueue:
     """A queue bounded in bytes between the reader and the analysis worker thread."""
 
-    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 4 << 20) -> None:
+    def __init__(self, analyse: Analyse, line_cap: int, max_bytes: int = 4 << 20,
+                 on_drop: Callable[[Chunk], None] | None = None) -> None:
         self._analyse = analyse
+        self._on_drop = on_drop
         self._line_cap = line_cap
         self._max_bytes = max_bytes
-        self._items: deque[Chunk] = deque()
+        self._items: deque[tuple[int, Chunk]] = deque()
+        self._busy = False
         self._bytes = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -137,14 +140,20 @@ class AnalysisQueue:
         """Queue a chunk; returns its sequence number. Never blocks: over the bound it is dropped."""
         with self._cond:
             self.submitted += 1
-            if self._bytes + len(chunk.data) > self._max_bytes and not chunk.final:
+            dropped = self._bytes + len(chunk.data) > self._max_bytes and not chunk.final
+            if dropped:
                 self.dropped_bytes += len(chunk.data)
-                self.done += 1
-                return self.submitted
-            self._items.append(chunk)
-            self._bytes += len(chunk.data)
-            self._cond.notify_all()  # the worker and any wait_done() share this condition
-            return self.submitted
+                if not self._items and not self._busy:
+                    self.done = self.submitted  # nothing before it is still waiting
+                    self._cond.notify_all()
+            else:
+                self._items.append((self.submitted, chunk))
+                self._bytes += len(chunk.data)
+                self._cond.notify_all()  # the worker and any wait_done() share this condition
+            seq = self.submitted
+        if dropped and self._on_drop is not None:
+            self._on_drop(chunk)  # not analysed, but its bytes still count for its iteration
+        return seq
 
     @property
     def closed(self) -> bool:
@@ -175,8 +184,9 @@ class AnalysisQueue:
                     self._cond.wait()
                 if not self._items and self._closed:
                     return
-                chunk = self._items.popleft()
+                seq, chunk = self._items.popleft()
                 self._bytes -= len(chunk.data)
+                self._busy = True
                 backlog = self._bytes >= BURST_BACKLOG and not self._closed
             started = time.thread_time()
             splitter = self._splitters.get(chunk.source)
@@ -191,7 +201,9 @@ class AnalysisQueue:
             except Exception:  # noqa: BLE001 - analysis faults never stop the reader
                 pass
             with self._cond:
-                self.done += 1
+                # Done up to this chunk; with nothing left queued, every later (dropped) chunk is done too.
+                self.done = seq if self._items else self.submitted
+                self._busy = False
                 self._cond.notify_all()
             if backlog:
                 # Behind a burst: give the GIL back for as long as we held it, so the reader (which
