@@ -252,6 +252,14 @@ def _candidate_line_starts(data: bytes) -> list[int]:
     return sorted(starts)
 
 
+# Claude prints `"is_error": false` on result lines (and some tools on every event line): renaming the key of
+# that falsy field (same length, no "rror" left) before the scan keeps those lines from being candidates.
+_BENIGN_FIELDS: tuple[tuple[bytes, bytes], ...] = (
+    (b'"is_error":false', b'"is_e_ror":false'),
+    (b'"is_error": false', b'"is_e_ror": false'),
+)
+
+
 def error_lines_in_chunk(data: bytes) -> list[str]:
     """The error lines of a chunk of whole lines (split on b"\\n"; the caller keeps a partial last line for
     the next chunk). Same result as `error_lines(line.decode("utf-8", "replace"))` over every line, in order,
@@ -259,6 +267,9 @@ def error_lines_in_chunk(data: bytes) -> list[str]:
     difference: a JSON string that spells an error word with `\\u` escapes of ASCII letters, which no JSON
     encoder writes, can be found here and not by `error_lines`.)"""
     out: list[str] = []
+    for benign, neutral in _BENIGN_FIELDS:
+        if benign in data:  # stage 1 would drop it anyway; renamed in C, its line is no candidate for it
+            data = data.replace(benign, neutral)
     for start in _candidate_line_starts(data):
         end = data.find(b"\n", start)
         raw = data[start : end if end >= 0 else len(data)]
