@@ -433,7 +433,7 @@ class Supervisor:
                 self._wake.set()  # output while no call is known: a short call may be running, sample now
         else:
             for piece, starts in self.tracker.marker_segments(result):
-                if starts and not self._paused_for_good():
+                if starts and not self._exiting():
                     now = time.time()
                     ended = self.tracker.finish()
                     if ended is not None:
@@ -614,7 +614,8 @@ class Supervisor:
             pass
         await self._report_call(call, ended)
 
-    def _paused_for_good(self) -> bool:
+    def _exiting(self) -> bool:
+        """The exit code is decided: no new iteration may begin."""
         return self.exit_code is None or self.exit_code.done()
 
     async def _report_call(self, call: CallEvidence, ended: float,

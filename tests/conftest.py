@@ -21,27 +21,34 @@ EXAMPLES = REPO / "examples"
 TEST_ID_VAR = "RALPH_TEST_ID"
 
 
-def processes_with_test_id(test_id: str) -> list[psutil.Process]:
-    """Every live (non-zombie) process whose environment carries this test id."""
-    found: list[psutil.Process] = []
-    needle = f"{TEST_ID_VAR}={test_id}".encode()
+def processes_with_env(name: str, value: str, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Every live (non-zombie) process, other than us and `exclude`, whose environment holds NAME=value."""
+    needle = f"{name}={value}".encode()
     me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid == me:
+    found: list[psutil.Process] = []
+    for pid in psutil.pids():
+        if pid == me or pid in exclude:
             continue
         try:
-            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
                 env = fh.read()
         except OSError:
             continue
-        if needle in env.split(b"\0"):
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-            except psutil.Error:
+        if needle not in env.split(b"\0"):
+            continue
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            found.append(proc)
+        except psutil.Error:
+            continue
+        found.append(proc)
     return found
+
+
+def processes_with_test_id(test_id: str) -> list[psutil.Process]:
+    """Every live process this test started, wherever it ended up in the process table."""
+    return processes_with_env(TEST_ID_VAR, test_id)
 
 
 @pytest.fixture(autouse=True)

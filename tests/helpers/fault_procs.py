@@ -19,6 +19,8 @@ from typing import Any
 
 import psutil
 
+from tests.conftest import processes_with_env
+
 from tests.supervise import supervise_argv
 
 MARK_VAR = "FAULT_TREE"
@@ -30,27 +32,7 @@ def new_mark() -> str:
 
 def marked(mark: str, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
     """Live (non-zombie) processes whose environment carries `FAULT_TREE=mark`."""
-    needle = f"{MARK_VAR}={mark}".encode()
-    me = os.getpid()
-    found: list[psutil.Process] = []
-    for pid in psutil.pids():
-        if pid == me or pid in exclude:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
-            continue
-        if needle not in env.split(b"\0"):
-            continue
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.Error:
-            continue
-        found.append(proc)
-    return found
+    return processes_with_env(MARK_VAR, mark, exclude)
 
 
 def identities(procs: list[psutil.Process]) -> set[tuple[int, float]]:
