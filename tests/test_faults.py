@@ -34,6 +34,7 @@ from tests.helpers.fault_procs import (
     new_mark,
     peak_rss,
     read_state,
+    running,
     status,
     still_alive,
 )
@@ -641,8 +642,7 @@ def test_a_hook_that_never_returns_is_cut_off_and_supervision_goes_on(
     failed = wait_for(lambda: events(run.state_dir, "hook_failed"), timeout=5, what="hook_failed")
     assert failed[0]["timed_out"] is True
     assert run.proc is not None
-    wait_for(lambda: not [p for p in marked(run.mark, frozenset({run.proc.pid}))
-                          if p.cmdline() == ["sleep", "1000"]], timeout=3, what="the hook's sleeps to be killed")
+    wait_for(lambda: not running(run.mark, ["sleep", "1000"], frozenset({run.proc.pid})), timeout=3, what="the hook's sleeps to be killed")
     assert status(run.workspace)["state"] == "OPEN"
     assert cli(run.workspace, "stop").returncode == 0
     assert run.finish(timeout=10) == 0
@@ -656,7 +656,7 @@ def test_a_second_signal_ends_the_supervisor_at_once_even_while_a_hook_hangs(tmp
               "--hook-timeout", "20", "--", str(LOOP), env=loop_env("stuck"))
     wait_for(lambda: events(run.state_dir, "tree_paused"), timeout=30, what="the breaker to open")
     assert run.proc is not None
-    wait_for(lambda: [p for p in marked(run.mark, frozenset({run.proc.pid})) if p.cmdline() == ["sleep", "1000"]],
+    wait_for(lambda: running(run.mark, ["sleep", "1000"], frozenset({run.proc.pid})),
              timeout=5, what="the hook to run")
     run.proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)

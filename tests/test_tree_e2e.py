@@ -27,6 +27,7 @@ from tests.helpers.fault_procs import (
     marked,
     new_mark,
     port_bindable,
+    running,
     states,
     status,
     still_alive,
@@ -103,10 +104,10 @@ def supervised(tmp_path: Path) -> Iterator[Run]:
 
 def _hard_tree_ready(run: Run) -> int:
     """Start the TERM-ignoring loop with a daemon and a listener; wait until a few leftovers exist."""
-    run.start(*hard_tree(run.marks))
+    proc = run.start(*hard_tree(run.marks))
     wait_for(lambda: (run.marks / "daemon.pid").exists() and (run.marks / "port").exists(), what="daemon and port")
     daemon = int((run.marks / "daemon.pid").read_text())
-    wait_for(lambda: sum(1 for p in run.tree() if p.cmdline() == ["sleep", "1000"]) >= 3,
+    wait_for(lambda: len(running(run.mark, ["sleep", "1000"], frozenset({proc.pid}))) >= 3,
              what="three setsid sleeps left behind by the loop")
     assert psutil.pid_exists(daemon)
     port = int((run.marks / "port").read_text())

@@ -35,6 +35,18 @@ def marked(mark: str, exclude: frozenset[int] = frozenset()) -> list[psutil.Proc
     return processes_with_env(MARK_VAR, mark, exclude)
 
 
+def running(mark: str, argv: list[str], exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Marked processes whose command line is exactly `argv`; one that exits while we look is skipped."""
+    found = []
+    for proc in marked(mark, exclude):
+        try:
+            if proc.cmdline() == argv:
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
 def identities(procs: list[psutil.Process]) -> set[tuple[int, float]]:
     """(pid, start time): a process's identity, safe against PID reuse."""
     keys = set()
