@@ -43,7 +43,7 @@ from watchdog.observers import Observer
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ralph_supervisor.evidence.workspace import Change, Workspace  # noqa: E402
+from ralph_supervisor.evidence.workspace import Workspace  # noqa: E402
 
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings only
 

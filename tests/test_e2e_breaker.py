@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 
+from tests.helpers.fault_procs import states
 from tests.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
@@ -89,7 +89,7 @@ def test_resume_starts_a_trial_that_progress_closes(tmp_path: Path) -> None:
         wait_for(lambda: state_of(state_dir).get("state") == "CLOSED", what="the trial to close the breaker")
         moves = [(h["from"], h["to"]) for h in history(state_dir)]
         assert moves == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")]
-        assert all(p.status() != psutil.STATUS_STOPPED for p in tree_of(proc.pid))
+        assert psutil.STATUS_STOPPED not in states(tree_of(proc.pid)).values()
     finally:
         stop_supervisor(proc)
         scenario.unlink()
@@ -194,10 +194,10 @@ def test_pause_resume_stop_over_the_control_socket(tmp_path: Path) -> None:
         wait_for(lambda: events(state_dir, "iteration_started"), what="a first iteration")
         paused = cli(tmp_path, "pause")
         assert paused.returncode == 0, paused.stderr
-        assert all(p.status() == psutil.STATUS_STOPPED for p in tree_of(proc.pid))
+        assert set(states(tree_of(proc.pid)).values()) == {psutil.STATUS_STOPPED}
         assert json.loads(cli(tmp_path, "status", "--json").stdout)["trigger"] == "manual"
         assert cli(tmp_path, "resume").returncode == 0
-        assert all(p.status() != psutil.STATUS_STOPPED for p in tree_of(proc.pid))
+        assert psutil.STATUS_STOPPED not in states(tree_of(proc.pid)).values()
         stopped = cli(tmp_path, "stop")
         assert stopped.returncode == 0
         proc.communicate(timeout=30)
