@@ -36,7 +36,7 @@ from ralph_supervisor.evidence.iterations import (
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import AnalysisQueue, Chunk, OutputTap
 from ralph_supervisor.logging import configure_logging
-from ralph_supervisor.process.linux import CLOCK_TICKS
+from ralph_supervisor.process.linux import CLOCK_TICKS, ProcStat
 from ralph_supervisor.process.tree import member_of, walk
 from ralph_supervisor.report import IterationReport
 from ralph_supervisor.rotating import RotatingFile
@@ -124,7 +124,7 @@ class Supervisor:
         self._cpu_window_ticks = 0
         self._last_cpu_active = time.time()
         self._last_change = time.time()
-        self._cmdlines: dict[tuple[int, float, str], tuple[str, tuple[str, ...]]] = {}
+        self._cmdlines: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...]]] = {}
         self._ledger: list[dict[str, Any]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_pending = False
@@ -395,17 +395,16 @@ class Supervisor:
 
     # ------------------------------------------------------------------ output and evidence
 
-    def _analyse(self, chunk: Chunk, lines: list[bytes]) -> None:
+    def _analyse(self, chunk: Chunk, lines: bytes | None) -> None:
         """Worker thread: decode, filter errors, find markers; hand the findings to the event loop."""
-        joined = b"\n".join(lines)
-        # One decode and one split per chunk (a line holds no b"\n", so this equals decoding line by line).
-        texts = tuple(joined.decode("utf-8", "replace").split("\n")) if lines else ()
-        errors = error_lines_in_chunk(joined) if lines else []
+        # One decode per chunk (a line holds no b"\n", so this equals decoding line by line).
+        text = lines.decode("utf-8", "replace") if lines is not None else None
+        errors = error_lines_in_chunk(lines) if lines is not None else []
         markers: tuple[int, ...] = ()
         marker = self.tracker.marker
-        if marker is not None:
-            markers = tuple(i for i, text in enumerate(texts) if marker.search(text))
-        result = OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, texts, tuple(errors), markers)
+        if marker is not None and text is not None:
+            markers = tuple(i for i, line in enumerate(text.split("\n")) if marker.search(line))
+        result = OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, text, tuple(errors), markers)
         # Bound what waits for the event loop: the worker (never the reader) waits when the loop is behind.
         # Two counters, each written by one thread only, so no update is lost between them.
         patience = time.monotonic() + 2.0
@@ -420,7 +419,7 @@ class Supervisor:
 
     def _output_dropped(self, chunk: Chunk) -> None:
         """The analysis fell behind and skipped this chunk: its bytes still belong to their iteration."""
-        self._route_output(OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, (), ()))
+        self._route_output(OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, None, ()))
 
     def _output_analysed(self, result: OutputResult) -> None:
         self._taken_over += result.nbytes
@@ -493,7 +492,7 @@ class Supervisor:
         members = [member_of(stat) for stat in stats]
         self._record_members(members)
         if self.tracker.marker is None and not self._stopping_tree:
-            await self._track_agent_calls(members, now)
+            await self._track_agent_calls(stats, now)
         silent_since = self._silent_since(stats, now)
         decision = self.breaker.tick(now, silent_since=silent_since)
         if decision.changed:
@@ -513,25 +512,26 @@ class Supervisor:
         except OSError as exc:
             self._warn_once("tree_record_failed", error=str(exc))
 
-    def _identity(self, member: Any) -> tuple[str, tuple[str, ...]]:
-        """Name and command line, cached per process image (an exec, e.g. a pyenv shim, changes the name)."""
-        key = (member.pid, member.create_time, member.name)
+    def _identity(self, stat: ProcStat) -> tuple[str, tuple[str, ...]]:
+        """Name and command line, cached per process image. The name alone does not tell an exec: a pyenv
+        `python3` shim (bash) execs python3 under the same name, so the key holds where the code is mapped."""
+        key = (stat.pid, stat.start_ticks, stat.name, stat.code)
         known = self._cmdlines.get(key)
         if known is None:
             try:
-                with open(f"/proc/{member.pid}/cmdline", "rb") as fh:
+                with open(f"/proc/{stat.pid}/cmdline", "rb") as fh:
                     raw = fh.read(65536)
                 cmdline = tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
             except OSError:
                 cmdline = ()
-            known = self._cmdlines[key] = (member.name, cmdline)
+            known = self._cmdlines[key] = (stat.name, cmdline)
             if len(self._cmdlines) > 4096:
                 self._cmdlines.clear()
         return known
 
-    async def _track_agent_calls(self, members: list[Any], now: float) -> None:
+    async def _track_agent_calls(self, stats: list[ProcStat], now: float) -> None:
         call = self.tracker.current
-        live = {(m.pid, m.create_time) for m in members}
+        live = {(s.pid, s.create_time) for s in stats}
         if call is not None and call.pid is not None:
             if (call.pid, call.create_time) not in live:
                 self._finishing = asyncio.ensure_future(self._finish_call(call))
@@ -541,7 +541,7 @@ class Supervisor:
             return
         if self._paused:
             return
-        candidates = [(m.pid, m.create_time, *self._identity(m)) for m in members]
+        candidates = [(s.pid, s.create_time, *self._identity(s)) for s in stats]
         found = self.tracker.new_call_candidate(candidates)
         if found is not None:
             if self._finishing is not None and not self._finishing.done():
@@ -677,10 +677,10 @@ class Supervisor:
         if self.tracker.current is not None:
             self.tracker.current.cut_short = True
         if self.tracker.marker is None:
-            for member in self.tree.scan():
-                name, cmdline = self._identity(member)
+            for stat in self.tree.sample():
+                name, cmdline = self._identity(stat)
                 if is_agent_call(name, cmdline, self.tracker.agent_names):
-                    self._cut_short.add((member.pid, member.create_time))
+                    self._cut_short.add((stat.pid, stat.create_time))
             if len(self._cut_short) > 1024:
                 self._cut_short.clear()
 

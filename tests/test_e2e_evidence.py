@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,24 @@ def test_a_plain_while_loop_without_timeout_works_too(tmp_path: Path) -> None:
     result = run(tmp_path, *FAST, "--", "bash", "-c", script, env=loop_env("progress"))
     assert result.returncode == 0
     assert [e["files_changed"] for e in finished(tmp_path)] == [1, 1, 1]
+
+
+def test_a_call_through_a_shim_that_execs_under_the_same_name_is_still_found(tmp_path: Path) -> None:
+    # A pyenv-style shim: a bash script named python3 that later execs the real python3. Both stages are
+    # called `python3`; what the first look finds (bash running the shim) must not stick to the process.
+    shims, real = tmp_path.parent / f"{tmp_path.name}-shims", tmp_path.parent / f"{tmp_path.name}-real"
+    shims.mkdir()
+    real.mkdir()
+    (real / "python3").symlink_to(sys.executable)
+    shim = shims / "python3"
+    shim.write_text(f"#!/bin/bash\nsleep 0.4\nexec {real / 'python3'} \"$@\"\n")
+    shim.chmod(0o755)
+    script = (f"export PATH={shims}:$PATH; for i in 1 2; do "
+              f"python3 {EXAMPLES / 'bin' / 'claude'} --output-format json --append-system-prompt \"Loop #$i\" -p x; "
+              "sleep 0.2; done")
+    result = run(tmp_path, *FAST, "--", "bash", "-c", script, env=loop_env("progress"))
+    assert result.returncode == 0
+    assert [e["files_changed"] for e in finished(tmp_path)] == [1, 1]
 
 
 def test_version_and_help_calls_are_not_iterations(tmp_path: Path) -> None:

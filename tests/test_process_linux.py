@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 from hypothesis import given
@@ -51,6 +53,32 @@ def test_stat_of_a_process_whose_name_holds_parentheses_and_spaces_is_parsed() -
         assert stat.ppid == os.getpid()
         assert stat.state in ("S", "R")
         assert stat.alive
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_exec_under_the_same_name_changes_the_code_mapping(tmp_path: Path) -> None:
+    """What lets the supervisor tell a pyenv-style shim from the python3 it execs: same pid, same name."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "worker").symlink_to(shutil.which("sleep") or "/bin/sleep")
+    shim = tmp_path / "worker"
+    shim.write_text(f"#!/bin/bash\nread go\nexec {real / 'worker'} 30\n")
+    shim.chmod(0o755)
+    proc = subprocess.Popen([str(shim)], stdin=subprocess.PIPE)
+    try:
+        wait_for(lambda: psutil.Process(proc.pid).cmdline()[1:2] == [str(shim)], what="bash running the shim")
+        before = read_stat(proc.pid)
+        assert before is not None
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        wait_for(lambda: psutil.Process(proc.pid).cmdline()[:1] == [str(real / "worker")], what="the exec")
+        after = read_stat(proc.pid)
+        assert after is not None and after.name == before.name == "worker"
+        assert after.start_ticks == before.start_ticks
+        assert before.code != (0, 0) and after.code != before.code
     finally:
         proc.kill()
         proc.wait()
@@ -117,4 +145,6 @@ def test_stat_parsing_round_trips_any_name(name: str, ppid: int, ticks: int, cpu
     assert stat == ProcStat(
         pid=4242, name=name, state="S", ppid=ppid, pgid=7, sid=7, cpu_ticks=cpu + 6, start_ticks=ticks
     )
+    full = parse_stat(line.rstrip("\n") + " 18446744073709551615 94000000000000 94000000123456 140000000000000\n")
+    assert full.code == (94000000000000, 94000000123456) and full.start_ticks == ticks
     assert create_time_to_ticks(ticks_to_create_time(ticks)) == ticks

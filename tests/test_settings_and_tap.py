@@ -88,36 +88,47 @@ def test_total_log_budget_must_hold_one_file(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- line splitter
 
 
+def lines(block: bytes | None) -> list[bytes]:
+    """A splitter's block of complete lines, as the lines."""
+    return [] if block is None else block.split(b"\n")
+
+
 def test_splitter_keeps_lines_across_chunks() -> None:
     s = LineSplitter(100)
-    assert s.feed(b"hel") == []
-    assert s.feed(b"lo\nwor") == [b"hello"]
-    assert s.feed(b"ld\n\n") == [b"world", b""]
-    assert s.flush() == []
+    assert s.feed(b"hel") is None
+    assert s.feed(b"lo\nwor") == b"hello"
+    assert lines(s.feed(b"ld\n\n")) == [b"world", b""]
+    assert s.flush() is None
 
 
 def test_splitter_cuts_an_over_long_line_and_counts_it() -> None:
     s = LineSplitter(10)
-    assert s.feed(b"x" * 7) == []
-    assert s.feed(b"y" * 1_000_000) == []
+    assert s.feed(b"x" * 7) is None
+    assert s.feed(b"y" * 1_000_000) is None
     assert len(s._partial) == 10  # never holds more than the cap
-    assert s.feed(b"z\nok\n") == [b"x" * 7 + b"yyy", b"ok"]
+    assert lines(s.feed(b"z\nok\n")) == [b"x" * 7 + b"yyy", b"ok"]
     assert s.cut_lines == 1
+    assert lines(s.feed(b"a" * 11 + b"\nshort\n" + b"b" * 30 + b"\n")) == [b"a" * 10, b"short", b"b" * 10]
+    assert s.cut_lines == 3
 
 
 @given(st.lists(st.binary(max_size=50), max_size=30), st.integers(min_value=1, max_value=40))
-@hsettings(max_examples=200, deadline=None)
+@hsettings(max_examples=300, deadline=None)
 def test_splitter_equals_split_then_cap_however_the_stream_is_chunked(chunks: list[bytes], cap: int) -> None:
     s = LineSplitter(cap)
     got: list[bytes] = []
     for chunk in chunks:
-        got.extend(s.feed(chunk))
-    got.extend(s.flush())
+        got.extend(lines(s.feed(chunk)))
+    last = s.flush()
+    got.extend(lines(last))
     data = b"".join(chunks)
-    expected = [line[:cap] for line in data.split(b"\n")]
+    whole = data.split(b"\n")
+    expected = [line[:cap] for line in whole]
     if data.endswith(b"\n") or not data:
         expected = expected[:-1]
+        whole = whole[:-1]
     assert got == expected
+    assert s.cut_lines == sum(1 for line in whole if len(line) > cap)
 
 
 # ----------------------------------------------------------------------------- rotating file

@@ -64,10 +64,15 @@ class OutputResult:
     tag: int
     read_at: float
     """Wall-clock time the chunk was read (comparable with a process's create time)."""
-    lines: tuple[str, ...]
+    text: str | None
+    """The chunk's complete lines, decoded and joined by "\n"; None when it completed no line."""
     errors: tuple[str, ...]
     markers: tuple[int, ...] = ()
     """Indexes into `lines` of lines matching the iteration marker."""
+
+    @property
+    def lines(self) -> list[str]:
+        return [] if self.text is None else self.text.split("\n")
 
 
 @dataclass
@@ -82,25 +87,32 @@ class CallEvidence:
     output_bytes: int = 0
     error_lines: list[str] = field(default_factory=list)
     text: deque[str] = field(default_factory=deque)
+    """The output's tail as whole chunks' text, oldest first; `output_text` trims it to lines."""
     text_bytes: int = 0
     cut_short: bool = False
     sources: set[str] = field(default_factory=set)
 
-    def add(self, result: OutputResult, lines: Sequence[str] | None = None) -> None:
-        lines = result.lines if lines is None else lines
+    def add(self, result: OutputResult) -> None:
+        # Per chunk, never per line: this runs on the event loop thread, which also reads the pipes.
         self.output_bytes += result.nbytes
         self.sources.add(result.source)
-        for error in result.errors:
-            if len(self.error_lines) < MAX_ERROR_LINES:
-                self.error_lines.append(error)
-        for line in lines:
-            self.text.append(line)
-            self.text_bytes += len(line) + 1
-        while self.text_bytes > MAX_TEXT_BYTES and self.text:
+        room = MAX_ERROR_LINES - len(self.error_lines)
+        if room > 0 and result.errors:
+            self.error_lines.extend(result.errors[:room])
+        if result.text is None:
+            return
+        self.text.append(result.text)
+        self.text_bytes += len(result.text) + 1
+        while len(self.text) > 1 and self.text_bytes - len(self.text[0]) - 1 >= MAX_TEXT_BYTES:
             self.text_bytes -= len(self.text.popleft()) + 1
 
     def output_text(self) -> str:
-        return "\n".join(self.text)
+        """The last whole lines of the call's output, at most MAX_TEXT_BYTES characters with their newlines."""
+        text = "\n".join(self.text)
+        if len(text) < MAX_TEXT_BYTES:
+            return text
+        cut = text.find("\n", len(text) - MAX_TEXT_BYTES)
+        return text[cut + 1:] if cut >= 0 else ""
 
 
 class IterationTracker:
@@ -169,11 +181,12 @@ class IterationTracker:
         if not result.markers:
             return [(result, False)]
         pieces: list[tuple[OutputResult, bool]] = []
+        lines = result.lines
         if result.markers[0] > 0:
-            pieces.append((_slice(result, 0, result.markers[0]), False))
-        bounds = list(result.markers) + [len(result.lines)]
+            pieces.append((_slice(result, lines[:result.markers[0]]), False))
+        bounds = list(result.markers) + [len(lines)]
         for start, end in zip(bounds, bounds[1:]):
-            pieces.append((_slice(result, start, end), True))
+            pieces.append((_slice(result, lines[start:end]), True))
         # Cut lines lost bytes in the slicing: the last piece carries the rest, so the total stays exact.
         last, starts = pieces[-1]
         rest = result.nbytes - sum(piece.nbytes for piece, _ in pieces[:-1])
@@ -204,12 +217,11 @@ class IterationTracker:
                 self._pending_bytes -= self._pending.popleft().nbytes
 
 
-def _slice(result: OutputResult, start: int, end: int) -> OutputResult:
-    """The part of a chunk's findings between two line indexes (bytes and errors apportioned by line)."""
-    lines = result.lines[start:end]
+def _slice(result: OutputResult, lines: list[str]) -> OutputResult:
+    """The part of a chunk's findings made of these of its lines (bytes and errors apportioned by line)."""
     nbytes = sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
     errors = tuple(e for e in result.errors if any(e in line for line in lines))
-    return OutputResult(result.source, nbytes, result.tag, result.read_at, lines, errors)
+    return OutputResult(result.source, nbytes, result.tag, result.read_at, "\n".join(lines) if lines else None, errors)
 
 
 def build_report(

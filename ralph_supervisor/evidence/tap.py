@@ -32,8 +32,10 @@ F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 class LineSplitter:
     """Split a byte stream into lines, each cut at `cap` bytes; a longer line is never held whole.
 
-    `feed` returns the complete lines (without the newline). The bytes of an over-long line past
-    the cap are skipped as they arrive, and the line is counted in `cut_lines`.
+    `feed` returns the complete lines (each without its newline) joined by b"\n", as one block:
+    the analysis reads blocks, and splitting what it would join again costs the reader's GIL.
+    None means no line was completed. The bytes of an over-long line past the cap are skipped as
+    they arrive, and the line is counted in `cut_lines`.
     """
 
     def __init__(self, cap: int) -> None:
@@ -42,31 +44,37 @@ class LineSplitter:
         self._skipping = False
         self.cut_lines = 0
 
-    def feed(self, data: bytes) -> list[bytes]:
-        lines: list[bytes] = []
+    def feed(self, data: bytes) -> bytes | None:
+        last = data.rfind(b"\n")
+        if last < 0:
+            self._append(data)
+            return None
+        parts: list[bytes] = []
         start = 0
         if self._partial or self._skipping:
-            end = data.find(b"\n")
-            if end < 0:
-                self._append(data)
-                return lines
-            self._append(data[:end])
-            lines.append(bytes(self._partial))
+            first = data.find(b"\n")
+            self._append(data[:first])
+            parts.append(bytes(self._partial))
             self._partial.clear()
             self._skipping = False
-            start = end + 1
-        # The rest is split in C: a per-line Python loop here holds the GIL the reader needs.
-        parts = (data[start:] if start else data).split(b"\n")
-        tail = parts.pop()
+            start = first + 1
+        if start <= last:
+            body = data[start:last]
+            if len(body) > self.cap:  # only then can a line inside it be over the cap
+                body = self._cut(body)
+            parts.append(body)
+        if last < len(data) - 1:
+            self._append(data[last + 1:])
+        return parts[0] if len(parts) == 1 else b"\n".join(parts)
+
+    def _cut(self, body: bytes) -> bytes:
+        lines = body.split(b"\n")
         cap = self.cap
-        for index, line in enumerate(parts):
+        for index, line in enumerate(lines):
             if len(line) > cap:
-                parts[index] = line[:cap]
+                lines[index] = line[:cap]
                 self.cut_lines += 1
-        lines.extend(parts)
-        if tail:
-            self._append(tail)
-        return lines
+        return b"\n".join(lines)
 
     def _append(self, piece: bytes) -> None:
         if self._skipping:
@@ -79,14 +87,14 @@ class LineSplitter:
         else:
             self._partial += piece
 
-    def flush(self) -> list[bytes]:
+    def flush(self) -> bytes | None:
         """The last line when the stream ends without a newline."""
         if not self._partial and not self._skipping:
-            return []
+            return None
         line = bytes(self._partial)
         self._partial.clear()
         self._skipping = False
-        return [line]
+        return line
 
 
 @dataclass(frozen=True)
@@ -111,8 +119,8 @@ class TapCounters:
     last_output_at: float = field(default_factory=time.monotonic)
 
 
-Analyse = Callable[[Chunk, list[bytes]], None]
-"""Called on the worker thread with the chunk and its complete lines."""
+Analyse = Callable[[Chunk, "bytes | None"], None]
+"""Called on the worker thread with the chunk and the lines it completed, joined by b"\n" (None: none)."""
 
 
 class AnalysisQueue:
@@ -194,7 +202,9 @@ class AnalysisQueue:
                 splitter = self._splitters[chunk.source] = LineSplitter(self._line_cap)
             lines = splitter.feed(chunk.data)
             if chunk.final:
-                lines.extend(splitter.flush())
+                last = splitter.flush()
+                if last is not None:
+                    lines = last if lines is None else lines + b"\n" + last
                 del self._splitters[chunk.source]
             try:
                 self._analyse(chunk, lines)
@@ -239,6 +249,9 @@ class OutputTap:
         self._open: dict[int, str] = {}
         self._all_closed: asyncio.Event | None = None
         self.last_seq = 0
+        # One buffer for every read: os.read would allocate (and the kernel zero) a fresh READ_SIZE each time.
+        self._buffer = bytearray(READ_SIZE)
+        self._view = memoryview(self._buffer)
 
     def attach(self, fd: int, source: str) -> None:
         """Start reading `fd` (non-blocking) on the running loop."""
@@ -259,7 +272,7 @@ class OutputTap:
         if source is None:
             return
         try:
-            data = os.read(fd, READ_SIZE)
+            data = bytes(self._view[:os.readv(fd, (self._buffer,))])
         except BlockingIOError:
             return
         except OSError:

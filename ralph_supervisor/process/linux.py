@@ -96,6 +96,9 @@ class ProcStat:
     cpu_ticks: int
     """utime + stime + cutime + cstime: own CPU plus that of children it has reaped."""
     start_ticks: int
+    code: tuple[int, int] = (0, 0)
+    """(startcode, endcode): where the program text is mapped. An exec changes it even when the name
+    stays the same (a pyenv `python3` shim that execs python3); (0, 0) when the kernel hides it."""
 
     @property
     def create_time(self) -> float:
@@ -123,7 +126,8 @@ def parse_stat(raw: bytes | str) -> ProcStat:
     open_paren = data.index(b"(")
     close_paren = data.rindex(b")")
     rest = data[close_paren + 2 :].split()
-    # rest[n] is field n+3 of proc(5): state=3, ppid=4, pgrp=5, session=6, utime=14 .. cstime=17, starttime=22
+    # rest[n] is field n+3 of proc(5): state=3, ppid=4, pgrp=5, session=6, utime=14 .. cstime=17, starttime=22,
+    # startcode=26, endcode=27
     return ProcStat(
         pid=int(data[:open_paren]),
         name=data[open_paren + 1 : close_paren].decode("utf-8", "replace"),
@@ -133,6 +137,7 @@ def parse_stat(raw: bytes | str) -> ProcStat:
         sid=int(rest[3]),
         cpu_ticks=int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14]),
         start_ticks=int(rest[19]),
+        code=(int(rest[23]), int(rest[24])) if len(rest) > 24 else (0, 0),
     )
 
 

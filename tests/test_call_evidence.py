@@ -1,0 +1,53 @@
+"""A call's evidence keeps the tail of its output per chunk (cheap on the event loop) yet returns whole lines."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ralph_supervisor.evidence import iterations
+from ralph_supervisor.evidence.iterations import CallEvidence, OutputResult
+
+LINE = st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), max_size=12)
+
+
+def result(lines: list[str] | None, errors: tuple[str, ...] = ()) -> OutputResult:
+    text = None if lines is None else "\n".join(lines)
+    return OutputResult("stdout", len(text or "") + 1, 1, 0.0, text, errors)
+
+
+def tail_by_line(chunks: list[list[str] | None], cap: int) -> str:
+    """The reference: the longest run of last whole lines whose sizes (each with its newline) fit the cap."""
+    lines = [line for chunk in chunks if chunk is not None for line in chunk]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if size + len(line) + 1 > cap:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join(reversed(kept))
+
+
+@given(st.lists(st.none() | st.lists(LINE, min_size=1, max_size=6), max_size=25), st.integers(1, 40))
+@settings(max_examples=400, deadline=None)
+def test_the_kept_text_is_the_last_whole_lines_that_fit(chunks: list[list[str] | None], cap: int) -> None:
+    with mock.patch.object(iterations, "MAX_TEXT_BYTES", cap):
+        call = CallEvidence(1, 0.0, 0.0)
+        for chunk in chunks:
+            call.add(result(chunk))
+        assert call.output_text() == tail_by_line(chunks, cap)
+        # Bounded: at most the cap plus one chunk's text is held.
+        assert call.text_bytes <= cap + max((len("\n".join(c)) + 1 for c in chunks if c is not None), default=0)
+
+
+def test_bytes_sources_and_errors_are_counted_per_chunk_up_to_the_error_cap() -> None:
+    call = CallEvidence(1, 0.0, 0.0)
+    for n in range(iterations.MAX_ERROR_LINES + 5):
+        call.add(result([f"line {n}"], errors=(f"Error: {n}",)))
+    call.add(result(None))
+    assert call.output_bytes == sum(len(f"line {n}") + 1 for n in range(iterations.MAX_ERROR_LINES + 5)) + 1
+    assert call.error_lines == [f"Error: {n}" for n in range(iterations.MAX_ERROR_LINES)]
+    assert call.sources == {"stdout"}
