@@ -40,7 +40,7 @@ import soak  # noqa: E402
 
 IDLE_TARGET = 0.5
 RATE_TARGET = 15.0
-RSS_LIMIT_MIB = 80.0
+RSS_LIMIT_MIB = soak.RSS_LIMIT_MIB
 
 
 # ---------------------------------------------------------------------------------------------- the writer
@@ -259,15 +259,7 @@ def bench_output(total: int) -> tuple[list[kit.Row], dict[str, float]]:
 
 def bench_iterations(iterations: int) -> tuple[list[kit.Row], soak.SoakResult]:
     result = soak.run_soak(iterations, progress=False, interval=0.2 if iterations < 2000 else 1.0)
-    flat = result.checks()[3][1]
-    rows = [kit.Row(f"RSS after {iterations:,} iterations (fast loop, marker mode; {result.seconds:.0f} s)",
-                    kit.fmt_mib(result.rss_end), kit.fmt_mib(result.rss_at(0.1)) + " at 10 %",
-                    f"{result.rss_end / result.rss_at(0.1):.2f}", f"flat, < {RSS_LIMIT_MIB:.0f} MiB",
-                    flat and result.rss_max < RSS_LIMIT_MIB),
-            kit.Row(f"open fds in the last tenth of {iterations:,} iterations (most)", str(result.fds_end), f"{result.fds_start} at 10-20 %",
-                    "", "<= early", result.fds_end <= result.fds_start),
-            kit.Row("iterations counted (state.json)", f"{int(result.state.get('iteration', 0) or 0):,}",
-                    f"{iterations:,} printed", "", "all", result.checks()[1][1])]
+    rows = soak.table_rows(result, f" (fast loop, marker mode; {result.seconds:.0f} s)")
     return rows, result
 
 
