@@ -32,6 +32,7 @@ from ralph_supervisor.evidence.iterations import (
     OutputResult,
     build_report,
     is_agent_call,
+    marker_pieces,
 )
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import AnalysisQueue, Chunk, OutputTap
@@ -334,6 +335,8 @@ class Supervisor:
         """The loop ended on its own: finish the call in progress, clear the rest of the tree, exit with its code."""
         try:
             await self.tap.wait_closed(timeout=1.0)
+            # The last output may still be in analysis: in marker mode it can start the very call to finish.
+            await asyncio.to_thread(self.queue.wait_done, self.tap.last_seq, 5.0)
             if self.tree.scan():
                 await self._stop_tree("child_exited")
             if self._finishing is not None:
@@ -396,24 +399,30 @@ class Supervisor:
     # ------------------------------------------------------------------ output and evidence
 
     def _analyse(self, chunk: Chunk, lines: bytes | None) -> None:
-        """Worker thread: decode, filter errors, find markers; hand the findings to the event loop."""
+        """Worker thread: decode, cut at markers, filter errors; hand the findings to the event loop."""
         # One decode per chunk (a line holds no b"\n", so this equals decoding line by line).
         text = lines.decode("utf-8", "replace") if lines is not None else None
-        errors = error_lines_in_chunk(lines) if lines is not None else []
-        markers: tuple[int, ...] = ()
         marker = self.tracker.marker
-        if marker is not None and text is not None:
-            markers = tuple(i for i, line in enumerate(text.split("\n")) if marker.search(line))
-        result = OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, text, tuple(errors), markers)
+        pieces: list[tuple[bytes | None, str | None, bool]] = [(lines, text, False)]
+        if lines is not None and text is not None and marker is not None:
+            pieces = [*marker_pieces(lines, text, marker)]
+        results = []
+        rest = len(chunk.data)
+        for index, (raw, piece_text, starts) in enumerate(pieces):
+            # Bytes apportioned by lines; the last piece takes the rest, so the chunk's total stays exact.
+            nbytes = rest if index == len(pieces) - 1 else min(rest, len(raw or b"") + 1)
+            rest -= nbytes
+            errors = tuple(error_lines_in_chunk(raw)) if raw is not None else ()
+            results.append(OutputResult(chunk.source, nbytes, chunk.tag, chunk.read_at, piece_text, errors, starts))
         # Bound what waits for the event loop: the worker (never the reader) waits when the loop is behind.
         # Two counters, each written by one thread only, so no update is lost between them.
         patience = time.monotonic() + 2.0
         while (self._handed_over - self._taken_over > HANDOFF_MAX_BYTES and not self.loop.is_closed()
                and not self.queue.closed and time.monotonic() < patience):
             time.sleep(0.005)
-        self._handed_over += result.nbytes
+        self._handed_over += len(chunk.data)
         try:
-            self.loop.call_soon_threadsafe(self._output_analysed, result)
+            self.loop.call_soon_threadsafe(self._output_analysed, results)
         except RuntimeError:
             pass
 
@@ -421,9 +430,10 @@ class Supervisor:
         """The analysis fell behind and skipped this chunk: its bytes still belong to their iteration."""
         self._route_output(OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, None, ()))
 
-    def _output_analysed(self, result: OutputResult) -> None:
-        self._taken_over += result.nbytes
-        self._route_output(result)
+    def _output_analysed(self, results: list[OutputResult]) -> None:
+        for result in results:
+            self._taken_over += result.nbytes
+            self._route_output(result)
 
     def _route_output(self, result: OutputResult) -> None:
         if self.tracker.marker is None:
@@ -431,15 +441,14 @@ class Supervisor:
             if self.tracker.current is None:
                 self._wake.set()  # output while no call is known: a short call may be running, sample now
         else:
-            for piece, starts in self.tracker.marker_segments(result):
-                if starts and not self._exiting():
-                    now = time.time()
-                    ended = self.tracker.finish()
-                    if ended is not None:
-                        delta = self._ws_pool.submit(self.workspace.end_iteration)
-                        self._spawn_task(self._report_call(ended, now, delta))
-                    self._begin_call(now)
-                self.tracker.add_output(piece, time.time())
+            if result.starts and not self._exiting():
+                now = time.time()
+                ended = self.tracker.finish()
+                if ended is not None:
+                    delta = self._ws_pool.submit(self.workspace.end_iteration)
+                    self._spawn_task(self._report_call(ended, now, delta))
+                self._begin_call(now)
+            self.tracker.add_output(result, time.time())
         if self.metrics is not None:
             self.metrics.add_output_bytes(result.nbytes)
 

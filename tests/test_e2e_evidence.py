@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ralph_supervisor.ledger import attempt_dict, dump_ledger
 from tests.supervise import EXAMPLES, LOOP, events, history, loop_env, run
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
@@ -109,6 +110,22 @@ def test_a_new_untracked_file_and_a_commit_with_a_clean_tree_are_progress(tmp_pa
     assert done[1]["commits"] >= 1
 
 
+def test_the_ledger_keeps_the_last_1000_attempts_across_runs(tmp_path: Path) -> None:
+    state = tmp_path / ".ralph-supervise"
+    state.mkdir()
+    seeded = [attempt_dict(n, f"seeded {n}", "success", None, 10) for n in range(1, 1006)]
+    (state / "ledger.json").write_text(dump_ledger("earlier runs", seeded))
+    script = "echo '=== 1'; sleep 0.2; echo a > a.txt; sleep 0.3; echo '=== 2'; sleep 0.2; echo b > b.txt; sleep 0.3"
+    result = run(tmp_path, *FAST, "--iteration-marker", "^=== ", "--no-progress", "9", "--paraphrase", "0", "--",
+                 "bash", "-c", script)
+    assert result.returncode == 0, result.stderr.decode()[-1500:]
+    attempts = ledger(tmp_path)
+    assert len(attempts) == 1000
+    assert attempts[0]["action"] == "seeded 8", "the oldest go first"
+    assert [a["outcome"] for a in attempts[-2:]] == ["success", "success"]
+    assert not any(a["action"].startswith("seeded") for a in attempts[-2:])
+
+
 def test_gitignored_build_output_is_not_progress(tmp_path: Path) -> None:
     (tmp_path / ".gitignore").write_text("build/\n*.o\n")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
@@ -131,6 +148,19 @@ def test_a_stream_json_line_over_1_mib_is_cut_for_analysis_but_kept_whole_in_the
     done = finished(tmp_path)
     assert done and done[0]["errors"] == 1
     assert done[0]["output_bytes"] >= len(big)
+
+
+def test_a_loop_that_exits_while_its_last_output_is_in_analysis_still_reports_that_iteration(
+        tmp_path: Path) -> None:
+    # Three MB of error lines take the analysis a while; the loop has exited long before it is done.
+    lines = "".join(f"Error: step {n} failed in src/module_{n % 97}.ts\n" for n in range(60_000))
+    (tmp_path / "errors.txt").write_text(lines)
+    result = run(tmp_path, *FAST, "--iteration-marker", "^=== ", "--no-progress", "9", "--same-error", "9",
+                 "--paraphrase", "0", "--", "bash", "-c", "echo '=== 1'; cat errors.txt")
+    assert result.returncode == 0
+    done = finished(tmp_path)
+    assert [e["iteration"] for e in done] == [1]
+    assert done[0]["errors"] > 0 and done[0]["output_bytes"] >= len(lines)
 
 
 def test_the_call_cut_off_by_a_pause_is_not_the_trial(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from ralph_supervisor.report import IterationReport
@@ -67,12 +67,8 @@ class OutputResult:
     text: str | None
     """The chunk's complete lines, decoded and joined by "\n"; None when it completed no line."""
     errors: tuple[str, ...]
-    markers: tuple[int, ...] = ()
-    """Indexes into `lines` of lines matching the iteration marker."""
-
-    @property
-    def lines(self) -> list[str]:
-        return [] if self.text is None else self.text.split("\n")
+    starts: bool = False
+    """Marker mode: this output begins with a marker line, so a new iteration begins with it."""
 
 
 @dataclass
@@ -176,25 +172,8 @@ class IterationTracker:
         ctime, pid = min(found)
         return pid, ctime
 
-    def marker_segments(self, result: OutputResult) -> list[tuple[OutputResult, bool]]:
-        """Marker mode: the chunk cut at its marker lines, as (piece, starts a new iteration) in order."""
-        if not result.markers:
-            return [(result, False)]
-        pieces: list[tuple[OutputResult, bool]] = []
-        lines = result.lines
-        if result.markers[0] > 0:
-            pieces.append((_slice(result, lines[:result.markers[0]]), False))
-        bounds = list(result.markers) + [len(lines)]
-        for start, end in zip(bounds, bounds[1:]):
-            pieces.append((_slice(result, lines[start:end]), True))
-        # Cut lines lost bytes in the slicing: the last piece carries the rest, so the total stays exact.
-        last, starts = pieces[-1]
-        rest = result.nbytes - sum(piece.nbytes for piece, _ in pieces[:-1])
-        pieces[-1] = (replace(last, nbytes=max(0, rest)), starts)
-        return pieces
-
     def add_output(self, result: OutputResult, wall: float) -> None:
-        """Route a chunk's findings to its call (process mode; marker mode uses `marker_segments`)."""
+        """Route a chunk's findings to its call (in marker mode, the call in progress)."""
         if self.marker is not None:
             # Output analysed after the call was ended (the loop exited) is still that call's.
             target = self.current or next(reversed(self._closing.values()), None)
@@ -217,11 +196,20 @@ class IterationTracker:
                 self._pending_bytes -= self._pending.popleft().nbytes
 
 
-def _slice(result: OutputResult, lines: list[str]) -> OutputResult:
-    """The part of a chunk's findings made of these of its lines (bytes and errors apportioned by line)."""
-    nbytes = sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
-    errors = tuple(e for e in result.errors if any(e in line for line in lines))
-    return OutputResult(result.source, nbytes, result.tag, result.read_at, "\n".join(lines) if lines else None, errors)
+def marker_pieces(block: bytes, text: str, marker: re.Pattern[str]) -> list[tuple[bytes, str, bool]]:
+    """Marker mode: a block of complete lines (and its decoded text) cut before each line the marker matches,
+    as (bytes, text, starts an iteration) in order. Pure; runs on the analysis thread, so that each piece's
+    errors are found in that piece alone and the event loop only routes the pieces."""
+    lines = text.split("\n")
+    marks = [index for index, line in enumerate(lines) if marker.search(line)]
+    if not marks:
+        return [(block, text, False)]
+    # Decoding keeps every b"\n" (no UTF-8 sequence, valid or not, holds one), so line i is line i of both.
+    raw = block.split(b"\n")
+    bounds = ([0] if marks[0] > 0 else []) + marks + [len(lines)]
+    marked = set(marks)
+    return [(b"\n".join(raw[start:end]), "\n".join(lines[start:end]), start in marked)
+            for start, end in zip(bounds, bounds[1:])]
 
 
 def build_report(
