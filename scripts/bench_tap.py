@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_no in range(args.rounds):
         order = ("cat", "sup") if round_no % 2 == 0 else ("sup", "cat")
         for which in order:
+            os.sync()  # the previous run's dirty pages must not throttle this one's writes
             if which == "cat":
                 cat_runs.append(run_cat(tmp, size))
             else:
