@@ -35,6 +35,7 @@ from ralph_supervisor.evidence.iterations import (
     marker_pieces,
 )
 from ralph_supervisor.evidence.tail import Tailer
+from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.evidence.tap import AnalysisQueue, Chunk, OutputTap
 from ralph_supervisor.logging import configure_logging
 from ralph_supervisor.process.linux import CLOCK_TICKS, ProcStat
@@ -656,15 +657,18 @@ class Supervisor:
         if report.number % TRIM_EVERY == 0:
             release_free_memory()
         decision = self.breaker.observe(report, now, daily_tokens_today=daily)
-        self._save_state()
         if decision.changed:
             await self._apply(decision)
+        else:
+            self._save_state()
 
     # ------------------------------------------------------------------ decisions
 
     async def _apply(self, decision: Decision) -> None:
         """Carry out what the breaker decided, and leave a record of it."""
+        # history.jsonl first, then state.json: whoever sees the new state finds its transition already written.
         self._record_transition(decision)
+        self._save_state()
         action = decision.action
         if action in ("open", "final"):
             self._write_escalation(decision)
@@ -909,17 +913,6 @@ class Supervisor:
                 log.warning("metrics_textfile_unwritable", error=str(exc))
 
 
-def release_free_memory() -> None:
-    """Give freed heap back to the system (glibc's malloc_trim). Our threads each get a malloc arena,
-    and over thousands of iterations the arenas' free pages otherwise make RSS creep upward."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def outcome_of(report: IterationReport) -> str:
     """The ledger's outcome: success (progress), failure (a failed call or an error), noop (neither)."""
     if report.progress:
@@ -999,6 +992,7 @@ def run_supervisor(settings: Settings) -> int:
     # The reader (event loop) and the analysis thread share the GIL: with the default 5 ms switch interval
     # every os.read/os.write of the reader may wait 5 ms for a busy analysis thread to let go of it.
     sys.setswitchinterval(0.0005)
+    tune_allocator()
     events = configure_logging(settings.state_dir / store.EVENTS_FILE, settings.log_format)
     code = 1
     try:

@@ -249,9 +249,6 @@ class OutputTap:
         self._open: dict[int, str] = {}
         self._all_closed: asyncio.Event | None = None
         self.last_seq = 0
-        # One buffer for every read: os.read would allocate (and the kernel zero) a fresh READ_SIZE each time.
-        self._buffer = bytearray(READ_SIZE)
-        self._view = memoryview(self._buffer)
 
     def attach(self, fd: int, source: str) -> None:
         """Start reading `fd` (non-blocking) on the running loop."""
@@ -272,7 +269,7 @@ class OutputTap:
         if source is None:
             return
         try:
-            data = bytes(self._view[:os.readv(fd, (self._buffer,))])
+            data = os.read(fd, READ_SIZE)  # cheap for short reads too: see ralph_supervisor/memory.py
         except BlockingIOError:
             return
         except OSError:
