@@ -136,6 +136,9 @@ class Supervisor:
         self._taken_over = 0  # bytes the loop took (written by the loop only)
         self._warned: set[str] = set()
         self._wake = asyncio.Event()
+        self._tree_actions = asyncio.Lock()
+        """One pause, resume, trial or stop at a time: interleaved, a resume could thaw a tree that a pause
+        still froze, leaving it running while the supervisor believes it paused."""
         self._cut_short: set[tuple[int, float]] = set()
         """Agent calls that were running when we paused or stopped the tree: never a trial."""
 
@@ -666,6 +669,10 @@ class Supervisor:
 
     async def _apply(self, decision: Decision) -> None:
         """Carry out what the breaker decided, and leave a record of it."""
+        async with self._tree_actions:
+            await self._carry_out(decision)
+
+    async def _carry_out(self, decision: Decision) -> None:
         # history.jsonl first, then state.json: whoever sees the new state finds its transition already written.
         self._record_transition(decision)
         self._save_state()
@@ -799,6 +806,12 @@ class Supervisor:
         now = time.time()
         if cmd == "status":
             return self.status()
+        if cmd in ("pause", "resume", "reset", "stop"):
+            async with self._tree_actions:
+                return await self._tree_command(cmd, now)
+        raise ControlError(f"unknown command {cmd!r}")
+
+    async def _tree_command(self, cmd: str, now: float) -> dict[str, Any]:
         if cmd == "pause":
             if self._paused:
                 return {"message": "the tree is already paused", **self.status()}
@@ -815,11 +828,9 @@ class Supervisor:
             self._save_state()
             message = "resumed: the next iteration is the trial" if cmd == "resume" else "breaker reset to CLOSED"
             return {"message": message, **self.status()}
-        if cmd == "stop":
-            await self._stop_tree("stop_request")
-            self._finish(0)
-            return {"message": "the tree is stopped; the supervisor exits"}
-        raise ControlError(f"unknown command {cmd!r}")
+        await self._stop_tree("stop_request")
+        self._finish(0)
+        return {"message": "the tree is stopped; the supervisor exits"}
 
     def status(self) -> dict[str, Any]:
         """CONTRACT section 3, plus the live extras the `watch` view shows."""
