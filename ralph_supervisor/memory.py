@@ -11,7 +11,7 @@ Elsewhere (no glibc) both are no-ops.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -21,9 +21,11 @@ TRIM_THRESHOLD = 32 << 20
 """Free heap at the top kept for reuse up to this size, instead of being handed back after every free."""
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library already loaded into this process (dlopen(NULL): no search, no subprocess), once."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return ctypes.CDLL(None)
     except OSError:
         return None
 

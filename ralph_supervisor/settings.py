@@ -170,12 +170,20 @@ def _port(raw: Any) -> int | None:
     return value
 
 
-def expand_path(text: str, what: str) -> Path:
-    """`~` expanded; an unknown `~user` is a SettingsError naming the flag, not a crash."""
+def _expand(text: str) -> Path:
+    """`~` expanded; an unknown `~user` is a ValueError, not a crash."""
     try:
         return Path(text).expanduser()
     except RuntimeError:
-        raise SettingsError(f"{what}: cannot expand {text!r} (no such user)") from None
+        raise ValueError(f"cannot expand {text!r} (no such user)") from None
+
+
+def expand_path(text: str, what: str) -> Path:
+    """`_expand` for a flag given outside the options table: the error names the flag."""
+    try:
+        return _expand(text)
+    except ValueError as exc:
+        raise SettingsError(f"{what}: {exc}") from None
 
 
 def _short(raw: Any, limit: int = 60) -> str:
@@ -185,12 +193,7 @@ def _short(raw: Any, limit: int = 60) -> str:
 
 def _path(raw: Any) -> Path | None:
     text = _text(raw).strip()
-    if not text:
-        return None
-    try:
-        return Path(text).expanduser()
-    except RuntimeError:
-        raise ValueError(f"cannot expand {text!r} (no such user)") from None
+    return _expand(text) if text else None
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from ralph_supervisor.evidence.iterations import (
     marker_pieces,
 )
 from ralph_supervisor.evidence.tail import Tailer
-from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.evidence.tap import AnalysisQueue, Chunk, OutputTap
 from ralph_supervisor.logging import configure_logging
+from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.process.linux import CLOCK_TICKS, ProcStat
 from ralph_supervisor.process.tree import member_of, walk
 from ralph_supervisor.report import IterationReport
@@ -135,6 +135,8 @@ class Supervisor:
         self._handed_over = 0  # bytes the analysis worker handed to the loop (written by the worker only)
         self._taken_over = 0  # bytes the loop took (written by the loop only)
         self._warned: set[str] = set()
+        self._daily_fallback = 0
+        """Today's tokens counted in memory while daily-spend.json cannot be written."""
         self._wake = asyncio.Event()
         self._tree_actions = asyncio.Lock()
         """One pause, resume, trial or stop at a time: interleaved, a resume could thaw a tree that a pause
@@ -407,17 +409,18 @@ class Supervisor:
         # One decode per chunk (a line holds no b"\n", so this equals decoding line by line).
         text = lines.decode("utf-8", "replace") if lines is not None else None
         marker = self.tracker.marker
-        pieces: list[tuple[bytes | None, str | None, bool]] = [(lines, text, False)]
-        if lines is not None and text is not None and marker is not None:
-            pieces = [*marker_pieces(lines, text, marker)]
-        results = []
-        rest = len(chunk.data)
-        for index, (raw, piece_text, starts) in enumerate(pieces):
-            # Bytes apportioned by lines; the last piece takes the rest, so the chunk's total stays exact.
-            nbytes = rest if index == len(pieces) - 1 else min(rest, len(raw or b"") + 1)
-            rest -= nbytes
-            errors = tuple(error_lines_in_chunk(raw)) if raw is not None else ()
-            results.append(OutputResult(chunk.source, nbytes, chunk.tag, chunk.read_at, piece_text, errors, starts))
+        if lines is None or text is None:
+            results = [_unread(chunk)]
+        else:
+            pieces = marker_pieces(lines, text, marker) if marker is not None else [(lines, text, False)]
+            results = []
+            rest = len(chunk.data)
+            for index, (raw, piece_text, starts) in enumerate(pieces):
+                # Bytes apportioned by lines; the last piece takes the rest, so the chunk's total stays exact.
+                nbytes = rest if index == len(pieces) - 1 else min(rest, len(raw) + 1)
+                rest -= nbytes
+                results.append(OutputResult(chunk.source, nbytes, chunk.tag, chunk.read_at, piece_text,
+                                            tuple(error_lines_in_chunk(raw)), starts))
         # Bound what waits for the event loop: the worker (never the reader) waits when the loop is behind.
         # Two counters, each written by one thread only, so no update is lost between them.
         patience = time.monotonic() + 2.0
@@ -432,7 +435,7 @@ class Supervisor:
 
     def _output_dropped(self, chunk: Chunk) -> None:
         """The analysis fell behind and skipped this chunk: its bytes still belong to their iteration."""
-        self._route_output(OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, None, ()))
+        self._route_output(_unread(chunk))
 
     def _output_analysed(self, results: list[OutputResult]) -> None:
         for result in results:
@@ -875,7 +878,7 @@ class Supervisor:
             return store.load_daily_spend(path, now)[0].tokens
         except OSError as exc:
             self._warn_once("daily_spend_unwritable", error=str(exc))
-            self._daily_fallback = getattr(self, "_daily_fallback", 0) + tokens
+            self._daily_fallback += tokens
             return self._daily_fallback
 
     def _warn_once(self, event: str, **fields: Any) -> None:
@@ -922,6 +925,11 @@ class Supervisor:
                 self.metrics.write_textfile(path)
             except OSError as exc:
                 log.warning("metrics_textfile_unwritable", error=str(exc))
+
+
+def _unread(chunk: Chunk) -> OutputResult:
+    """A chunk's findings when none of its lines were read: its bytes, source and time, no text."""
+    return OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, None, ())
 
 
 def outcome_of(report: IterationReport) -> str:

@@ -113,13 +113,25 @@ class SoakResult:
         return int(self.state.get("iteration", 0) or 0)
 
     @property
-    def rss_flat(self) -> bool:
+    def rss_growth_ok(self) -> bool:
         early, late = self.rss_at(0.1), self.rss_at(0.9)
-        return late <= early + max(4.0, early * 0.10) and self.rss_max < RSS_LIMIT_MIB
+        return late <= early + max(4.0, early * 0.10)
+
+    @property
+    def rss_flat(self) -> bool:
+        return self.rss_growth_ok and self.rss_max < RSS_LIMIT_MIB
+
+    @property
+    def fds_floor_ok(self) -> bool:
+        return 0 <= self.fds_end <= self.fds_start
+
+    @property
+    def fds_spikes_ok(self) -> bool:
+        return self.fds_max <= self.fds_start + TRANSIENT_FDS
 
     @property
     def fds_flat(self) -> bool:
-        return 0 <= self.fds_end <= self.fds_start and self.fds_max <= self.fds_start + TRANSIENT_FDS
+        return self.fds_floor_ok and self.fds_spikes_ok
 
     def checks(self) -> list[tuple[str, bool, str]]:
         early, late = self.rss_at(0.1), self.rss_at(0.9)
@@ -129,13 +141,13 @@ class SoakResult:
              f"{self.counted:,} of {self.iterations:,}"),
             ("breaker stayed CLOSED", self.state.get("state") == "CLOSED" and not self.state.get("total_opens"),
              f"{self.state.get('state')}, {self.state.get('total_opens', 0)} opens"),
-            ("RSS flat (last tenth vs second tenth: +10 % or +4 MiB at most)",
-             late <= early + max(4.0, early * 0.10), f"{early:.1f} -> {late:.1f} MiB"),
+            ("RSS flat (last tenth vs second tenth: +10 % or +4 MiB at most)", self.rss_growth_ok,
+             f"{early:.1f} -> {late:.1f} MiB"),
             (f"RSS below {RSS_LIMIT_MIB:.0f} MiB", self.rss_max < RSS_LIMIT_MIB, f"max {self.rss_max:.1f} MiB"),
-            ("open fds flat (fewest in the last tenth <= fewest in the second tenth)",
-             0 <= self.fds_end <= self.fds_start, f"{self.fds_start} -> {self.fds_end}"),
-            (f"open fds bounded (most at any sample <= {TRANSIENT_FDS} over that floor)",
-             self.fds_max <= self.fds_start + TRANSIENT_FDS, f"max {self.fds_max}"),
+            ("open fds flat (fewest in the last tenth <= fewest in the second tenth)", self.fds_floor_ok,
+             f"{self.fds_start} -> {self.fds_end}"),
+            (f"open fds bounded (most at any sample <= {TRANSIENT_FDS} over that floor)", self.fds_spikes_ok,
+             f"max {self.fds_max}"),
             ("child.log within its budget", self.files.get("child.log*", 0) <= CHILD_LOG_TOTAL,
              f"{self.files.get('child.log*', 0):,} B <= {CHILD_LOG_TOTAL:,} B"),
             ("events.jsonl within its budget", self.files.get("events.jsonl*", 0) <= EVENTS_TOTAL,
