@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Literal
 
-from ralph_supervisor.report import IterationReport
+from ralph_supervisor.iteration import IterationReport
 
 
 class State(str, Enum):
@@ -502,7 +502,7 @@ class Breaker:
         s = self._s
         self._s = s = replace(
             s,
-            tokens_used=s.tokens_used + max(0, report.tokens),
+            tokens_used=s.tokens_used + max(0, report.tokens or 0),
             iteration=max(s.iteration, report.number),
         )
         if s.state is State.OPEN:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ralph_supervisor.breaker import Decision, State, one_line
-from ralph_supervisor.report import IterationReport
+from ralph_supervisor.iteration import IterationReport
 
 EVIDENCE_ROWS = 10
 PATTERN_ROWS = 10

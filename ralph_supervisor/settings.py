@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping
 STATE_DIR_NAME = ".ralph-supervise"
 CONFIG_FILE_NAME = ".ralph-supervise.toml"
 RALPH_TAIL_DEFAULT = ".ralph/logs/claude_output_*.log"
+AGENT_NAMES = ("claude", "codex", "gemini", "opencode", "cursor-agent", "amp")
+"""The agent CLIs a call is recognised by when `--iteration-process` is not given."""
 
 
 class SettingsError(Exception):
@@ -241,7 +243,34 @@ OPTIONS: tuple[Option, ...] = (
            ("RALPH_SUPERVISE_MAX_OPENS",), metavar="N"),
     Option("grace", "--grace", _number(0), 10.0, "seconds from SIGTERM to SIGKILL when stopping the tree",
            ("RALPH_SUPERVISE_GRACE",), metavar="SECONDS"),
-    Option("iteration_process", "--iteration-process", _names, ("claude",),
+    Option("cost_budget", "--cost-budget", _number(0), 0.0, "dollars for this run, from the cost the agent reports (0 = off)",
+           ("RALPH_SUPERVISE_COST_BUDGET",), metavar="USD"),
+    Option("daily_cost_budget", "--daily-cost-budget", _number(0), 0.0,
+           "dollars per UTC day across runs, counted once per call (0 = off)",
+           ("RALPH_SUPERVISE_DAILY_COST_BUDGET",), metavar="USD"),
+    Option("limit_wait_margin", "--limit-wait-margin", _number(0), 60.0,
+           "after a usage limit with a known reset time, keep the tree frozen this much longer",
+           ("RALPH_SUPERVISE_LIMIT_WAIT_MARGIN",), metavar="SECONDS"),
+    Option("destructive_files", "--destructive-files", _int(0), 25,
+           "open (destructive) when one iteration deletes or empties more than N files (0 = off)",
+           ("RALPH_SUPERVISE_DESTRUCTIVE_FILES",), metavar="N"),
+    Option("destructive_share", "--destructive-share", _number(0, 100), 30.0,
+           "... or more than PCT %% of the files that existed at its start (0 = off)",
+           ("RALPH_SUPERVISE_DESTRUCTIVE_SHARE",), metavar="PCT"),
+    Option("snapshot_budget", "--snapshot-budget", _size(0), 2_000_000_000,
+           "disk budget of the workspace snapshots (0 = no snapshots)",
+           ("RALPH_SUPERVISE_SNAPSHOT_BUDGET",), metavar="SIZE"),
+    Option("snapshot_max_file", "--snapshot-max-file", _size(0), 50_000_000,
+           "files larger than this are listed in a snapshot but not stored",
+           ("RALPH_SUPERVISE_SNAPSHOT_MAX_FILE",), metavar="SIZE"),
+    Option("agent", "--agent", _text, "auto",
+           "read every call with this agent's adapter instead of the one its process name selects",
+           ("RALPH_SUPERVISE_AGENT_FORMAT",), metavar="NAME"),
+    Option("name", "--name", _optional_text, None, "a short name for this loop (metrics label, ls, notices)",
+           ("RALPH_SUPERVISE_NAME",), metavar="NAME"),
+    Option("notify", "--notify", _strings, (), "an apprise URL notified on open, final stop, limit wait and child exit (repeatable)",
+           ("RALPH_SUPERVISE_NOTIFY",), repeatable=True, metavar="URL"),
+    Option("iteration_process", "--iteration-process", _names, AGENT_NAMES,
            "an iteration is the life of a descendant process with one of these names (comma list)",
            ("RALPH_SUPERVISE_AGENT",), metavar="NAMES"),
     Option("iteration_marker", "--iteration-marker", _regex, None,
@@ -297,7 +326,17 @@ class Settings:
     cooldown: float = 30.0
     max_opens: int = 3
     grace: float = 10.0
-    iteration_process: tuple[str, ...] = ("claude",)
+    cost_budget: float = 0.0
+    daily_cost_budget: float = 0.0
+    limit_wait_margin: float = 60.0
+    destructive_files: int = 25
+    destructive_share: float = 30.0
+    snapshot_budget: int = 2_000_000_000
+    snapshot_max_file: int = 50_000_000
+    agent: str = "auto"
+    name: str | None = None
+    notify: tuple[str, ...] = ()
+    iteration_process: tuple[str, ...] = AGENT_NAMES
     iteration_marker: str | None = None
     tail: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()

@@ -40,7 +40,7 @@ from ralph_supervisor.logging import configure_logging
 from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.process.linux import CLOCK_TICKS, ProcStat
 from ralph_supervisor.process.tree import member_of, walk
-from ralph_supervisor.report import IterationReport
+from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.settings import Settings
 from ralph_supervisor.signature import error_signature
@@ -650,7 +650,7 @@ class Supervisor:
 
     async def _observe(self, report: IterationReport, now: float) -> None:
         self.reports.append(report)
-        daily = self._daily_tokens(report.tokens, now)
+        daily = self._daily_tokens(report.tokens or 0, now)
         outcome = outcome_of(report)
         log.info("iteration_finished", iteration=report.number, files_changed=report.files_changed,
                  commits=report.commits, output_bytes=report.output_bytes, errors=len(report.error_signatures),
@@ -658,7 +658,7 @@ class Supervisor:
                  blocked=report.blocked, cut_short=report.cut_short,
                  duration_s=round(report.ended_at - report.started_at, 3))
         if self.metrics is not None:
-            self.metrics.iteration_finished(files_changed=report.files_changed, output_bytes=0, tokens=report.tokens)
+            self.metrics.iteration_finished(files_changed=report.files_changed, output_bytes=0, tokens=report.tokens or 0)
         self._append_ledger(report, outcome)
         if report.number % TRIM_EVERY == 0:
             release_free_memory()
@@ -900,7 +900,7 @@ class Supervisor:
         from ralph_supervisor.ledger import attempt_dict, dump_ledger
 
         self._ledger.append(attempt_dict(report.number, action_summary(report), outcome,
-                                         report.first_error or None, report.tokens))
+                                         report.first_error or None, report.tokens or 0))
         del self._ledger[:-LEDGER_MAX_ATTEMPTS]  # bounded: the rules judge the recent tail
         goal = f"supervised: {' '.join(self.settings.command)}"[:200]
         try:

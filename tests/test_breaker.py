@@ -15,7 +15,7 @@ from ralph_supervisor.breaker import (
     State,
     Thresholds,
 )
-from ralph_supervisor.report import IterationReport
+from ralph_supervisor.iteration import IterationReport
 
 OFF = dict(no_progress=0, same_error=0, output_decline=0.0, max_failures=0, stall_s=0.0, paraphrase=0.0)
 """Every evidence rule off: tests turn on the one they prove."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 
 from tests.helpers.fault_procs import states
-from tests.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
+from tests.helpers.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
 

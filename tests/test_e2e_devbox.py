@@ -7,7 +7,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from tests.supervise import LOOP, events, loop_env, run, start, supervise_argv, wait_for
+from tests.helpers.supervise import LOOP, events, loop_env, run, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ralph_supervisor.ledger import attempt_dict, dump_ledger
-from tests.supervise import EXAMPLES, LOOP, events, history, loop_env, run
+from tests.helpers.supervise import EXAMPLES, LOOP, events, history, loop_env, run
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
 BACKGROUND_LOOP = EXAMPLES / "ralph_background_loop.sh"

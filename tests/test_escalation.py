@@ -6,7 +6,7 @@ import re
 
 from ralph_supervisor.breaker import Breaker, Decision, Thresholds
 from ralph_supervisor.escalation import classify_residual, error_patterns, outcome, render_escalation, status_line
-from ralph_supervisor.report import IterationReport
+from ralph_supervisor.iteration import IterationReport
 
 NOW = "2026-11-30T22:24:00.123Z"
 SETTINGS = {"workspace": "/home/dev/shop", "no_progress": 3, "same_error": 5, "on_open": "pause"}

@@ -38,7 +38,7 @@ from tests.helpers.fault_procs import (
     status,
     still_alive,
 )
-from tests.supervise import LOOP, REPO, events, history, loop_env, start, wait_for
+from tests.helpers.supervise import LOOP, REPO, events, history, loop_env, start, wait_for
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")

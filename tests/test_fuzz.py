@@ -316,6 +316,23 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return same(st.text(NO_SURROGATES, max_size=15))
         case "metrics_textfile":
             return st.sampled_from(["/tmp/ralph.prom", "metrics.prom", ""]).map(lambda v: (v, Path(v) if v else None))
+        case "cost_budget" | "daily_cost_budget" | "limit_wait_margin":
+            return st.floats(0, 1e6).map(lambda v: (v, v)) | st.integers(0, 10**6).map(lambda v: (v, float(v)))
+        case "destructive_files":
+            return same(st.integers(0, 2**40))
+        case "destructive_share":
+            return st.floats(0, 100).map(lambda v: (v, v))
+        case "snapshot_budget" | "snapshot_max_file":
+            return st.tuples(st.integers(0, 10**4), sizes).map(
+                lambda t: (f"{t[0] * 1000}{t[1][0]}", t[0] * 1000 * t[1][1])
+            ) | same(st.integers(0, 2**40))
+        case "agent":
+            return st.sampled_from(["auto", "claude", "codex"]).map(lambda v: (v, v))
+        case "name":
+            return st.sampled_from(["api", "web loop", ""]).map(lambda v: (v, v or None))
+        case "notify":
+            return st.lists(st.sampled_from(["json://127.0.0.1:9/x", "ntfy://topic"]), max_size=2).map(
+                lambda v: (v, tuple(v)))
     raise AssertionError(f"no valid strategy for {option}")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.supervise import events, run, start, wait_for
+from tests.helpers.supervise import events, run, start, wait_for
 
 NO_BREAKER = ("--no-echo", "--log-format", "json")
 

@@ -34,7 +34,7 @@ from tests.helpers.fault_procs import (
     wait_gone,
 )
 from tests.helpers.trees import hard_tree, wide_tree
-from tests.supervise import events, start, wait_for
+from tests.helpers.supervise import events, start, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")
 

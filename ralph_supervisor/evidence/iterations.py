@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ralph_supervisor.report import IterationReport
+from ralph_supervisor.iteration import IterationReport
 
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
 NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "--help", "-h"})

@@ -75,10 +75,31 @@ _LIMIT_ERRNOS = frozenset({errno.ENOSPC, errno.EMFILE, errno.ENFILE, errno.ENOME
 
 @dataclass(frozen=True)
 class Change:
-    """One recorded change of a non-ignored file (for stall detection and live views)."""
+    """One recorded change of a non-ignored file: its path, when (monotonic), and its states before
+    and after (`file_state` values; `before` is None when the old content was never seen)."""
 
     path: str
     at: float
+    before: bytes | None = None
+    after: bytes = b""
+
+    @property
+    def deleted(self) -> bool:
+        return self.after == ABSENT and self.before != ABSENT
+
+
+def state_size(state: bytes | None) -> int | None:
+    """The size in bytes a `file_state` value records (regular files only), else None."""
+    if state is None:
+        return None
+    if state[:1] == b"H" and len(state) == 1 + 8 + 16:
+        return int.from_bytes(state[1:9], "big")
+    if state[:1] == b"B":
+        try:
+            return int(state[1:].split(b":", 1)[0])
+        except ValueError:
+            return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -223,7 +244,7 @@ def _read_refs_with_git(root: Path) -> GitRefs:
 
 
 def file_state(path: Path) -> bytes:
-    """What a path holds, as comparable bytes: ABSENT, a content hash, a link target, or a marker.
+    """What a path holds, as comparable bytes: ABSENT, size and content hash, a link target, or a marker.
 
     Never opens what is not a regular file (a FIFO would block us), never follows symlinks.
     """
@@ -249,7 +270,7 @@ def file_state(path: Path) -> bytes:
                 digest.update(chunk)
     except OSError:
         return ABSENT if not os.path.lexists(path) else b"U%d:%d" % (st.st_size, st.st_mtime_ns)
-    return b"H" + digest.digest()
+    return b"H" + st.st_size.to_bytes(8, "big") + digest.digest()
 
 
 def _join(parent: str, name: str) -> str:
@@ -478,7 +499,7 @@ class Workspace:
             self._changes.append(now)
         if self._on_change is not None:
             try:
-                self._on_change(Change(path, now))
+                self._on_change(Change(path, now, prev, state))
             except Exception as exc:  # the callback is the supervisor's; never let it kill the watcher
                 log.warning("watcher_callback_failed", error=repr(exc))
 

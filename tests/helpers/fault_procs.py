@@ -21,7 +21,7 @@ import psutil
 
 from tests.conftest import processes_with_env
 
-from tests.supervise import supervise_argv
+from tests.helpers.supervise import supervise_argv
 
 MARK_VAR = "FAULT_TREE"
 

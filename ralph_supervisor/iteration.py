@@ -34,15 +34,26 @@ class IterationReport:
     """A bounded sample of the raw error lines, first seen first."""
     reply: str | None = None
     """The agent's reply text (RALPH_STATUS block removed); None when the call gave no reply."""
-    tokens: int = 0
-    """Tokens the agent reported for this call (input + output)."""
+    tokens: int | None = 0
+    """Tokens the agent reported for this call (input + output); None when its agent reports none."""
+    cost_usd: float | None = None
+    """Dollars the agent reported for this call; None when its agent reports no cost."""
+    agent: str = ""
+    """The adapter that read the call's output (claude, codex, gemini, ..., text)."""
     exit_status: int | None = None
-    """The call's exit code when the supervisor could know it (marker mode, direct child); else None."""
+    """The call's exit code when the supervisor could know it; else None."""
+    killed_by: int | None = None
+    """The signal that ended the call, when the supervisor could see it (a timeout's SIGTERM, say)."""
     failed: bool = False
     """The call produced no successful result, or was cut off by a timeout."""
     timed_out: bool = False
     usage_limited: bool = False
     """The output says a usage or rate limit will reset: neutral for every rule."""
+    limit_resets_at: float | None = None
+    """When a usage limit resets (epoch seconds), when the output said so."""
+    returned_to: int | None = None
+    """The workspace ended this call in the state it had after that iteration (0: the run's start):
+    a return to an earlier state, not progress."""
     blocked: bool = False
     """An error only a human can clear (credentials, policy, billing)."""
     blocked_reason: str = ""
