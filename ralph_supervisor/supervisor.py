@@ -567,10 +567,12 @@ class Supervisor:
                 await asyncio.shield(self._finishing)
             pid, ctime = found
             self.tracker.ignore_process(pid, ctime)
-            self._begin_call(now, pid, ctime)
+            name, argv = next((ident for p, c, *ident in candidates if (p, c) == (pid, ctime)), ("", ()))
+            self._begin_call(now, pid, ctime, name, argv)
 
-    def _begin_call(self, now: float, pid: int | None = None, create_time: float | None = None) -> CallEvidence:
-        call = self.tracker.start(time.monotonic(), now, pid, create_time)
+    def _begin_call(self, now: float, pid: int | None = None, create_time: float | None = None,
+                    name: str = "", argv: tuple[str, ...] = ()) -> CallEvidence:
+        call = self.tracker.start(time.monotonic(), now, pid, create_time, name, argv)
         if pid is not None and (pid, create_time) in self._cut_short:
             call.cut_short = True
         # Iteration boundaries may block briefly (queued kernel events): one worker keeps them in order.

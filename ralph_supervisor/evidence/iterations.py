@@ -80,6 +80,10 @@ class CallEvidence:
     started_wall: float
     pid: int | None = None
     create_time: float | None = None
+    name: str = ""
+    """The call's process name (marker mode: empty)."""
+    argv: tuple[str, ...] = ()
+    """The call's command line, as far as it was seen."""
     output_bytes: int = 0
     error_lines: list[str] = field(default_factory=list)
     text: deque[str] = field(default_factory=deque)
@@ -130,9 +134,10 @@ class IterationTracker:
         """The tag output read now gets: the number of the call in progress, or 0."""
         return self.current.number if self.current is not None else 0
 
-    def start(self, now: float, wall: float, pid: int | None = None, create_time: float | None = None) -> CallEvidence:
+    def start(self, now: float, wall: float, pid: int | None = None, create_time: float | None = None,
+              name: str = "", argv: Sequence[str] = ()) -> CallEvidence:
         self.number += 1
-        call = CallEvidence(self.number, now, wall, pid, create_time)
+        call = CallEvidence(self.number, now, wall, pid, create_time, name, tuple(argv))
         self.current = call
         if create_time is not None:
             claimed = [r for r in self._pending if r.read_at >= create_time]
