@@ -51,12 +51,34 @@ def processes_with_test_id(test_id: str) -> list[psutil.Process]:
     return processes_with_env(TEST_ID_VAR, test_id)
 
 
+_PROCESS_STARTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
+                             "os.system", "pty.spawn"})
+_starts = 0
+
+
+def _count_process_starts(event: str, _args: tuple[object, ...]) -> None:
+    """Audit hook: counts every way this interpreter starts a process (asyncio and multiprocessing included)."""
+    global _starts
+    if event in _PROCESS_STARTS:
+        _starts += 1
+
+
+sys.addaudithook(_count_process_starts)
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind(monkeypatch: pytest.MonkeyPatch):
-    """Fail the test if any process it started is still alive shortly after it ends (and kill it)."""
+    """Fail the test if any process it started is still alive shortly after it ends (and kill it).
+
+    A test that started no process (the audit hook saw none) is not searched for: scanning `/proc`
+    after every pure unit test would cost more than the test.
+    """
     test_id = uuid.uuid4().hex
     monkeypatch.setenv(TEST_ID_VAR, test_id)
+    starts_before = _starts
     yield test_id
+    if _starts == starts_before:
+        return
     deadline = time.monotonic() + 3.0
     survivors = processes_with_test_id(test_id)
     while survivors and time.monotonic() < deadline:
@@ -76,3 +98,15 @@ def no_process_left_behind(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+SLOW_MODULES = frozenset({"test_faults", "test_e2e_breaker", "test_e2e_evidence", "test_e2e_devbox", "test_tree_e2e",
+                          "test_run"})
+"""Modules whose tests start the supervisor (or long-running process trees): all of them are `slow`."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` marks every test of SLOW_MODULES, so `scripts/test.sh --fast` (`-m "not slow"`) leaves them out."""
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

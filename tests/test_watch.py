@@ -314,6 +314,7 @@ def test_a_huge_events_file_is_read_from_its_end_only(tmp_path: Path) -> None:
     assert follower.poll()[-1]["iteration"] == 31
 
 
+@pytest.mark.slow
 def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp_path: Path, state_dir: Path) -> None:
     code = (
         "import sys; from pathlib import Path; from ralph_supervisor import watch; "
