@@ -28,6 +28,8 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor.text import one_line
+
 log = structlog.get_logger(__name__)
 
 SOCKET_NAME = "control.sock"
@@ -59,12 +61,6 @@ class NoSupervisor(Exception):
 
 def socket_path(state_dir: Path) -> Path:
     return Path(state_dir) / SOCKET_NAME
-
-
-def one_line(text: str, limit: int = 500) -> str:
-    """Error texts travel as one line: newlines folded, length bounded."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,7 +95,7 @@ def encode_result(result: dict[str, Any]) -> bytes:
 
 
 def encode_error(message: str) -> bytes:
-    return _encode({"ok": False, "error": one_line(message)})
+    return _encode({"ok": False, "error": one_line(message, 500)})
 
 
 def _encode(obj: dict[str, Any]) -> bytes:
@@ -116,7 +112,7 @@ def decode_response(line: bytes) -> dict[str, Any]:
     if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
         raise ControlError(f"unexpected answer from supervisor: {one_line(repr(answer)[:200], 200)}")
     if not answer["ok"]:
-        raise ControlError(one_line(str(answer.get("error") or "supervisor refused the request")))
+        raise ControlError(one_line(str(answer.get("error") or "supervisor refused the request"), 500))
     result = answer.get("result")
     if result is None:
         return {}
@@ -253,7 +249,7 @@ class ControlServer:
             # stream callback from logging the cancellation as an unhandled error (Python 3.11).
             pass
         except Exception as exc:  # the door must never fall in: log and drop the client
-            log.warning("control_connection_failed", error=one_line(f"{type(exc).__name__}: {exc}"))
+            log.warning("control_connection_failed", error=one_line(f"{type(exc).__name__}: {exc}", 500))
         finally:
             if task is not None:
                 self._connections.discard(task)
@@ -301,7 +297,7 @@ class ControlServer:
         except asyncio.CancelledError:
             raise
         except ControlError as exc:
-            log.info("control_request_failed", cmd=cmd, error=one_line(str(exc)))
+            log.info("control_request_failed", cmd=cmd, error=one_line(str(exc), 500))
             return encode_error(str(exc) or f"{cmd} failed")
         except Exception as exc:
             log.exception("control_handler_crashed", cmd=cmd)

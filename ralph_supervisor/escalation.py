@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ralph_supervisor.breaker import Decision, State, one_line
+from ralph_supervisor.breaker import Decision, State
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.text import one_line
+from ralph_supervisor.triggers import FINAL
 
 EVIDENCE_ROWS = 10
 PATTERN_ROWS = 10
 TRIED_ROWS = 12
-
-BLOCKED_TRIGGERS = frozenset({"blocked", "token-budget", "daily-budget", "max-iterations"})
 
 _HUMAN_NEEDED = re.compile(
     r"invalid api key|api[ _-]?key|/login|please (?:run|log ?in)|not logged in|unauthori[sz]ed|authenticat"
@@ -84,7 +84,7 @@ def classify_residual(decision: Decision, reports: Sequence[IterationReport]) ->
     blockers: list[str] = []
     if decision.trigger == "blocked":
         blockers.append(f"the breaker tripped on `blocked`: {decision.reason}")
-    elif decision.trigger in BLOCKED_TRIGGERS:
+    elif decision.trigger in FINAL:
         blockers.append(f"a cap was reached ({decision.trigger}): raising it or stopping is a human decision")
     for report in recent:
         if report.blocked:

@@ -15,6 +15,8 @@ from wsgiref.simple_server import WSGIServer
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
+from ralph_supervisor.triggers import TRIGGERS
+
 log = structlog.get_logger(__name__)
 
 __all__ = ["BREAKER_STATE_VALUES", "KNOWN_TRIGGERS", "Metrics", "breaker_state_value"]
@@ -22,10 +24,7 @@ __all__ = ["BREAKER_STATE_VALUES", "KNOWN_TRIGGERS", "Metrics", "breaker_state_v
 BREAKER_STATE_VALUES: dict[str, int] = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 
 # Opens are pre-set to 0 for every trigger, so `increase()` works from the first open on.
-KNOWN_TRIGGERS: tuple[str, ...] = (
-    "no-progress", "same-error", "output-decline", "consecutive-failures", "stall", "paraphrase",
-    "blocked", "max-iterations", "token-budget", "daily-budget", "manual",
-)
+KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS
 
 
 def breaker_state_value(state: str) -> int:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ralph_supervisor.text import clip
+
 STATE_DIR_NAME = ".ralph-supervise"
 CONFIG_FILE_NAME = ".ralph-supervise.toml"
 RALPH_TAIL_DEFAULT = ".ralph/logs/claude_output_*.log"
@@ -189,8 +191,7 @@ def expand_path(text: str, what: str) -> Path:
 
 
 def _short(raw: Any, limit: int = 60) -> str:
-    text = repr(raw)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return clip(repr(raw), limit)
 
 
 def _path(raw: Any) -> Path | None:

@@ -7,8 +7,6 @@ import json
 import pytest
 
 from ralph_supervisor.breaker import (
-    PRECEDENCE,
-    TRIGGERS,
     Breaker,
     Decision,
     Snapshot,
@@ -338,22 +336,6 @@ def test_usage_limited_tokens_count_toward_the_budget_but_nothing_else() -> None
     d = run(b, [report(1, usage_limited=True, failed=True, tokens=1000)])[0]
     assert d.trigger == "token-budget"
     assert b.status()["consecutive_failures"] == 0 and b.status()["consecutive_no_progress"] == 0
-
-
-def test_precedence_follows_the_contract_order() -> None:
-    assert PRECEDENCE == (
-        "blocked",
-        "same-error",
-        "consecutive-failures",
-        "paraphrase",
-        "no-progress",
-        "output-decline",
-        "stall",
-        "token-budget",
-        "daily-budget",
-        "max-iterations",
-    )
-    assert set(PRECEDENCE) | {"manual"} == set(TRIGGERS)
 
 
 def test_same_error_comes_before_consecutive_failures_and_no_progress() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ralph_supervisor.breaker import COOLDOWN_CAP, TRIGGERS, Breaker, Decision, State, Thresholds, is_neutral
+from ralph_supervisor.breaker import COOLDOWN_CAP, Breaker, Decision, State, Thresholds, is_neutral
+from ralph_supervisor.triggers import TRIGGERS
 from ralph_supervisor.iteration import IterationReport
 
 ERRORS = ["Error: Failed to compile main.ts", "FAILED tests/test_auth.py::test_login", "Fatal: out of memory"]

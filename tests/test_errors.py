@@ -11,11 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ralph_supervisor.evidence.errors import (
-    ErrorAccumulator,
     error_lines,
     error_lines_in_chunk,
     error_set,
-    repeats,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agent"
@@ -182,45 +180,6 @@ def test_error_set_holds_signatures() -> None:
     assert error_set(lines) == {"Error: connect ECONNREFUSED #.#.#.#", "TypeError: cannot read x at foo.js"}
 
 
-def test_accumulator_is_bounded_and_keeps_first_samples() -> None:
-    acc = ErrorAccumulator(max_signatures=3, max_samples=2)
-    acc.add([f"Error: thing {chr(97 + i)} broke" for i in range(5)])
-    acc.add(["Error: thing a broke"])
-    assert len(acc.error_set()) == 3
-    assert acc.samples == ["Error: thing a broke", "Error: thing b broke"]
-    assert acc.overflowed
-    assert acc.count == 6
-
-
-def test_same_error_with_different_ports_and_lines_repeats() -> None:
-    a = error_set(["Error: connect ECONNREFUSED 127.0.0.1:5432", "Error: Failed to compile src/main.ts"])
-    b = error_set(["Error: connect ECONNREFUSED 10.0.0.7:5433", "Error: Failed to compile src/main.ts:42:7"])
-    assert repeats(a, [b, b])
-    assert repeats(a, [b])
-
-
-def test_different_errors_do_not_repeat() -> None:
-    a = error_set(["Error: Failed to compile src/main.ts"])
-    b = error_set(["Error: Failed to compile src/main.ts"])
-    c = error_set(["Fatal: Segmentation fault in module X"])
-    assert not repeats(a, [b, c])
-    assert repeats(a, [b])
-
-
-def test_repeat_needs_every_current_signature_in_every_previous_set() -> None:
-    a = error_set(["Error: Failed to compile src/main.ts", "ERROR: Database connection failed"])
-    b = error_set(["Error: Failed to compile src/main.ts"])
-    assert not repeats(a, [b])
-    assert repeats(b, [a])  # b's only error is in a
-
-
-def test_empty_sets_never_repeat() -> None:
-    a = error_set(["Error: x"])
-    assert not repeats(frozenset(), [a])
-    assert not repeats(a, [])
-    assert not repeats(a, [a, frozenset()])
-
-
 # --- properties ----------------------------------------------------------------------------------------------
 
 json_values = st.recursive(
@@ -295,12 +254,3 @@ def test_chunk_scan_equals_line_by_line(lines: list[str]) -> None:
     assert error_lines_in_chunk(data) == expected
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.frozensets(st.text(max_size=30), max_size=5), st.lists(st.frozensets(st.text(max_size=30), max_size=5), max_size=3))
-def test_repeats_never_fires_on_empty_current_and_always_on_itself(
-    current: frozenset[str], previous: list[frozenset[str]]
-) -> None:
-    assert not repeats(frozenset(), previous)
-    if current:
-        assert repeats(current, [current, current])
-        assert not repeats(current, [*previous, frozenset()])

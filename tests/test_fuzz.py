@@ -36,7 +36,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ralph_supervisor import check, status, store, watch
-from ralph_supervisor.breaker import TRIGGERS, Breaker, Snapshot, State, Thresholds
+from ralph_supervisor.breaker import Breaker, Snapshot, State, Thresholds
+from ralph_supervisor.triggers import TRIGGERS
 from ralph_supervisor.cli import build_run_settings
 from ralph_supervisor.control import COMMANDS, ControlError, ControlServer, parse_request
 from ralph_supervisor.evidence.ignore import IgnoreRules, load_ignore_rules

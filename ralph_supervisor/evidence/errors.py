@@ -1,6 +1,6 @@
-"""The two-stage error filter, error sets and same-error evidence.
+"""The two-stage error filter and error sets.
 
-Ralph's filter (REFERENCE section 2) runs on whole lines: stage 1 drops every line holding a JSON key with
+Ralph's filter runs on whole lines: stage 1 drops every line holding a JSON key with
 "error" in its name, stage 2 keeps lines matching a fixed set of error patterns. In Claude's default JSON mode
 the whole reply is one line holding `"is_error":`, so stage 1 throws the reply away and no error is ever seen.
 Here stage 1 works on JSON *fields*: a decodable JSON line is decoded, error-named keys with falsy values are
@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
-from ralph_supervisor.signature import error_signature, similarity
+from ralph_supervisor.signature import error_signature
+from ralph_supervisor.text import clip
 
 __all__ = [
-    "ErrorAccumulator",
     "error_lines",
     "error_lines_in_chunk",
     "error_set",
     "is_error_line",
-    "repeats",
 ]
 
 # Stage 2, Ralph's own patterns (grep -E over one line: `^` is the start of the line).
@@ -78,8 +76,7 @@ MAX_ERROR_LINE = 1000
 
 
 def _clip(line: str) -> str:
-    line = line.rstrip("\r")
-    return line if len(line) <= MAX_ERROR_LINE else line[:MAX_ERROR_LINE]
+    return clip(line.rstrip("\r"), MAX_ERROR_LINE, ellipsis="")
 
 
 def _has_candidate(line: str) -> bool:
@@ -280,52 +277,3 @@ def error_lines_in_chunk(data: bytes) -> list[str]:
 def error_set(lines: Iterable[str]) -> frozenset[str]:
     """The signatures (loop-context's normalisation) of some error lines: an iteration's error set."""
     return frozenset(sig for sig in (error_signature(line) for line in lines) if sig)
-
-
-@dataclass
-class ErrorAccumulator:
-    """Collects one iteration's error lines with bounded memory: at most `max_signatures` distinct signatures
-    and `max_samples` raw lines (first seen first). `overflowed` says when signatures were left out."""
-
-    max_signatures: int = 200
-    max_samples: int = 20
-    signatures: set[str] = field(default_factory=set)
-    samples: list[str] = field(default_factory=list)
-    count: int = 0
-    overflowed: bool = False
-
-    def add(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            sig = error_signature(line)
-            if not sig:
-                continue
-            self.count += 1
-            if sig in self.signatures:
-                continue
-            if len(self.signatures) >= self.max_signatures:
-                self.overflowed = True
-                continue
-            self.signatures.add(sig)
-            if len(self.samples) < self.max_samples:
-                self.samples.append(line)
-
-    def error_set(self) -> frozenset[str]:
-        return frozenset(self.signatures)
-
-
-def repeats(current: frozenset[str], previous: Sequence[frozenset[str]], threshold: float = 0.85) -> bool:
-    """Ralph's multi-line "same error" rule, robust to line numbers, paths and ports: True when `current` is
-    non-empty and every one of its signatures is similar (>= threshold) to at least one signature in EACH of
-    the previous sets. Any empty previous set, or no previous set at all, means no repeat: different errors
-    (or none) in between are progress, not stagnation."""
-    if not current or not previous:
-        return False
-    for earlier in previous:
-        if not earlier:
-            return False
-        for sig in current:
-            if sig in earlier:
-                continue
-            if not any(similarity(sig, other) >= threshold for other in earlier):
-                return False
-    return True

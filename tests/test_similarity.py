@@ -1,4 +1,5 @@
-"""The paraphrase stall: word sets and their mean pairwise Jaccard (REFERENCE section 4)."""
+"""The text measures of the same-error and paraphrase rules: error-set repeats, word sets and their mean
+pairwise Jaccard (goal-circuit-breaker's paraphrase stall)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ralph_supervisor.evidence.paraphrase import (
-    STOPWORDS,
-    is_paraphrase_stall,
-    jaccard,
-    mean_pairwise_jaccard,
-    word_set,
-)
+from ralph_supervisor.evidence.errors import error_set
+from ralph_supervisor.similarity import STOPWORDS, jaccard, mean_pairwise_jaccard, repeats, word_set
+
+STALL = 0.82
+"""The default `--paraphrase` ratio."""
 
 REWORDINGS = [
     "Owner attestation gate unsigned, deploy blocked.",
@@ -41,39 +40,19 @@ def test_three_rewordings_of_one_blocker_have_mean_one_and_stall() -> None:
     sets = [word_set(r) for r in REWORDINGS]
     assert sets[0] == {"owner", "attestation", "gate", "unsigned", "deploy", "blocked"}
     assert sets[0] == sets[1] == sets[2]
-    assert mean_pairwise_jaccard(sets) == 1.0
-    assert is_paraphrase_stall(REWORDINGS)
+    assert mean_pairwise_jaccard(sets) == 1.0 >= STALL
 
 
 def test_different_work_has_mean_point_two_and_does_not_stall() -> None:
     sets = [word_set(r) for r in DIFFERENT_WORK]
     assert mean_pairwise_jaccard(sets) == pytest.approx(0.2)
-    assert not is_paraphrase_stall(DIFFERENT_WORK)
-
-
-def test_fewer_than_three_replies_never_stall() -> None:
-    assert not is_paraphrase_stall(REWORDINGS[:2])
-    assert not is_paraphrase_stall([])
-
-
-def test_only_the_last_three_replies_count() -> None:
-    assert is_paraphrase_stall(DIFFERENT_WORK + REWORDINGS)
-    assert not is_paraphrase_stall(REWORDINGS + DIFFERENT_WORK)
+    assert mean_pairwise_jaccard(sets) < STALL
 
 
 def test_short_ok_replies_never_look_stalled() -> None:
     assert word_set("ok") == frozenset()
-    assert not is_paraphrase_stall(["ok", "ok", "ok"])
+    assert mean_pairwise_jaccard([word_set("ok")] * 3) == 0.0
     assert jaccard(frozenset(), frozenset()) == 0.0
-
-
-def test_ratio_threshold_is_inclusive_and_zero_turns_it_off() -> None:
-    replies = ["alpha beta gamma delta", "alpha beta gamma delta", "alpha beta gamma epsilon"]
-    mean = mean_pairwise_jaccard([word_set(r) for r in replies])
-    assert mean == pytest.approx((1.0 + 0.6 + 0.6) / 3)
-    assert is_paraphrase_stall(replies, ratio=mean)
-    assert not is_paraphrase_stall(replies, ratio=mean + 1e-9)
-    assert not is_paraphrase_stall(REWORDINGS, ratio=0)
 
 
 word_sets = st.frozensets(st.text(alphabet="abcdefgh", min_size=4, max_size=6), max_size=8)
@@ -104,3 +83,43 @@ def test_word_set_holds_only_lower_case_ascii_words_of_four_letters_or_more(text
     assert not words & STOPWORDS
     if text.isascii():
         assert word_set(text.upper()) == words
+
+
+def test_same_error_with_different_ports_and_lines_repeats() -> None:
+    a = error_set(["Error: connect ECONNREFUSED 127.0.0.1:5432", "Error: Failed to compile src/main.ts"])
+    b = error_set(["Error: connect ECONNREFUSED 10.0.0.7:5433", "Error: Failed to compile src/main.ts:42:7"])
+    assert repeats(a, [b, b])
+    assert repeats(a, [b])
+
+
+def test_different_errors_do_not_repeat() -> None:
+    a = error_set(["Error: Failed to compile src/main.ts"])
+    b = error_set(["Error: Failed to compile src/main.ts"])
+    c = error_set(["Fatal: Segmentation fault in module X"])
+    assert not repeats(a, [b, c])
+    assert repeats(a, [b])
+
+
+def test_repeat_needs_every_current_signature_in_every_previous_set() -> None:
+    a = error_set(["Error: Failed to compile src/main.ts", "ERROR: Database connection failed"])
+    b = error_set(["Error: Failed to compile src/main.ts"])
+    assert not repeats(a, [b])
+    assert repeats(b, [a])  # b's only error is in a
+
+
+def test_empty_sets_never_repeat() -> None:
+    a = error_set(["Error: x"])
+    assert not repeats(frozenset(), [a])
+    assert not repeats(a, [])
+    assert not repeats(a, [a, frozenset()])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.frozensets(st.text(max_size=30), max_size=5), st.lists(st.frozensets(st.text(max_size=30), max_size=5), max_size=3))
+def test_repeats_never_fires_on_empty_current_and_always_on_itself(
+    current: frozenset[str], previous: list[frozenset[str]]
+) -> None:
+    assert not repeats(frozenset(), previous)
+    if current:
+        assert repeats(current, [current, current])
+        assert not repeats(current, [*previous, frozenset()])

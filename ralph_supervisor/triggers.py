@@ -1,0 +1,60 @@
+"""The breaker's triggers: one list, in precedence order, and which of them end a run for good.
+
+A leaf module: the breaker, the metrics, the escalation summary, the docs and the tests all read the
+names from here, so a trigger cannot be spelled or ordered differently in two places.
+
+    >>> first_by_precedence(["no-progress", "same-error"])
+    'same-error'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+PRECEDENCE: tuple[str, ...] = (
+    "blocked",
+    "destructive",
+    "same-error",
+    "consecutive-failures",
+    "paraphrase",
+    "no-progress",
+    "output-decline",
+    "stall",
+    "token-budget",
+    "cost-budget",
+    "daily-budget",
+    "daily-cost-budget",
+    "max-iterations",
+)
+"""Every rule's trigger. When several fire on one iteration, the first of them is the one reported."""
+
+MANUAL = "manual"
+"""A `pause` by hand: not a rule, never competes, never counts toward `--max-opens`."""
+
+NONE = "none"
+"""The trigger of a CLOSED breaker."""
+
+TRIGGERS: tuple[str, ...] = (*PRECEDENCE, MANUAL)
+"""Every trigger name `state.json`, `status --json` and the history may hold (besides `none`)."""
+
+CAPS: frozenset[str] = frozenset({"token-budget", "cost-budget", "daily-budget", "daily-cost-budget", "max-iterations"})
+"""Limits the user set: judged on every observed iteration, even a neutral one."""
+
+FINAL: frozenset[str] = frozenset({"blocked", *CAPS})
+"""Triggers that stop the run at once, whatever `--on-open` says: waiting cannot clear them."""
+
+HUMAN_ONLY: frozenset[str] = frozenset({"destructive"})
+"""Triggers whose open never ends by a cooldown: the tree waits for a human (like `manual`), but they count."""
+
+
+def rank(trigger: str) -> int:
+    """The trigger's place in the precedence (unknown names last)."""
+    try:
+        return PRECEDENCE.index(trigger)
+    except ValueError:
+        return len(PRECEDENCE)
+
+
+def first_by_precedence(triggers: Iterable[str]) -> str | None:
+    """The trigger reported when all of `triggers` fired together."""
+    return min(triggers, key=rank, default=None)

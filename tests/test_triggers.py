@@ -1,0 +1,30 @@
+"""The one list of triggers: the precedence the interface documents, and what is final."""
+
+from __future__ import annotations
+
+from ralph_supervisor.triggers import CAPS, FINAL, MANUAL, PRECEDENCE, TRIGGERS, first_by_precedence
+
+
+def test_precedence_follows_the_documented_order() -> None:
+    assert PRECEDENCE == (
+        "blocked",
+        "destructive",
+        "same-error",
+        "consecutive-failures",
+        "paraphrase",
+        "no-progress",
+        "output-decline",
+        "stall",
+        "token-budget",
+        "cost-budget",
+        "daily-budget",
+        "daily-cost-budget",
+        "max-iterations",
+    )
+    assert set(PRECEDENCE) | {MANUAL} == set(TRIGGERS)
+
+
+def test_caps_and_blocked_are_final_and_the_first_by_precedence_wins() -> None:
+    assert FINAL == CAPS | {"blocked"}
+    assert first_by_precedence(["max-iterations", "no-progress", "same-error"]) == "same-error"
+    assert first_by_precedence([]) is None
