@@ -41,6 +41,7 @@ from ralph_supervisor.ledger import (
     token_budget_for,
 )
 from ralph_supervisor.signature import js_trim
+from ralph_supervisor.store import atomic_write_text, move_aside
 
 PROG = "ralph-supervise check"
 EXIT_CONTINUE, EXIT_ERROR, EXIT_ESCALATE = 0, 1, 2
@@ -219,12 +220,8 @@ def load_daily_state(path: Path) -> DailyState | None:
     try:
         return daily_state_from_json(json.loads(data.decode("utf-8")))
     except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a huge number, a wrong shape (LedgerError)
-        aside = path.with_name(path.name + ".corrupt")
-        try:
-            os.replace(path, aside)
-            kept = f"moved to {aside}"
-        except OSError:
-            kept = "left in place"
+        aside = move_aside(path)
+        kept = f"moved to {aside}" if aside is not None else "left in place"
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         _warn(f"daily state {path} is unreadable ({why}); {kept}; today's spend counted from 0 again")
         return None
@@ -232,8 +229,6 @@ def load_daily_state(path: Path) -> DailyState | None:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so a reader never sees half a file."""
-    from ralph_supervisor.store import atomic_write_text
-
     atomic_write_text(path, text)
 
 
@@ -263,7 +258,7 @@ def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:
         os.close(dir_fd)
 
 
-def run_hook(command: str, decision: Decision) -> None:
+def run_on_exceed(command: str, decision: Decision) -> None:
     """Pipe the decision as one compact JSON line to CMD's stdin; its exit code is not ours."""
     import subprocess
 
@@ -312,7 +307,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"{PROG}: {exc}\n")
         return EXIT_ERROR
     if decision.escalate and opts.on_exceed:
-        run_hook(opts.on_exceed, decision)
+        run_on_exceed(opts.on_exceed, decision)
     _out(to_json(decision.as_dict()) if opts.json else human_line(decision))
     return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
 

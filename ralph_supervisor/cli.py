@@ -175,7 +175,7 @@ def _wait_for_exit(state_dir: Path, timeout: float) -> None:
     """`stop` returns once the supervisor has exited (it holds the folder's lock until then)."""
     import time
 
-    from ralph_supervisor.store import running_supervisor_pid
+    from ralph_supervisor.files.lock import running_supervisor_pid
 
     deadline = time.monotonic() + timeout
     while running_supervisor_pid(state_dir) is not None and time.monotonic() < deadline:

@@ -14,11 +14,9 @@ from typing import Any, TextIO
 
 import structlog
 
+from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.store import iso_utc
-
-EVENTS_MAX_BYTES = 10_000_000
-EVENTS_TOTAL_BYTES = 50_000_000
 
 
 def _timestamp(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +70,7 @@ def configure_logging(events_path: Path | None, log_format: str = "auto", stream
     console = log_format == "console" or (log_format == "auto" and _colors(stream))
     events = None
     if events_path is not None:
-        events = RotatingFile(events_path, EVENTS_MAX_BYTES, EVENTS_TOTAL_BYTES, whole_lines=True,
+        events = RotatingFile(events_path, events_jsonl.MAX_BYTES, events_jsonl.TOTAL_BYTES, whole_lines=True,
                               on_error=lambda exc: _warn_once(stream, events_path, exc))
     structlog.configure(
         processors=[

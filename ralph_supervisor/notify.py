@@ -1,4 +1,4 @@
-"""Telling humans: desktop and webhook notices on breaker transitions, and the `--on-open-hook` runner.
+"""Telling humans: desktop and webhook notices on breaker transitions.
 
 Why a worker thread and a bounded queue: a notifier talks to the network and to other programs, which
 can be slow, down or hung. Supervision must never wait for them, so `send` only enqueues; a full queue
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -24,14 +22,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 __all__ = [
-    "HookResult",
     "Notice",
     "NoticeKind",
     "Notifier",
@@ -40,7 +37,6 @@ __all__ = [
     "format_text",
     "notice_for_child_exit",
     "notice_for_transition",
-    "run_hook",
     "validate_webhook_url",
     "webhook_body",
 ]
@@ -317,127 +313,3 @@ class Notifier:
         self.failed += 1
         log.warning("notify_failed", channel="webhook", kind=notice.kind, host=_host_of(url),
                     attempts=attempts, error=error or "no time left")
-
-
-# -- the on-open hook -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HookResult:
-    """How the hook ended. `code` is None when it could not start; negative when a signal ended it."""
-
-    ok: bool
-    code: int | None
-    timed_out: bool
-    stderr_tail: str
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0,
-             on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None) -> HookResult:
-    """Run `cmd` through the shell with the decision JSON on stdin, for at most `timeout` seconds.
-
-    The hook gets its own process group, so the whole group can be killed: on timeout, and also
-    when the hook exits while children it left in the background still run (a hook is a short
-    command; to start something lasting it must detach on purpose, e.g. with `setsid`). We never wait
-    for EOF on its pipes, so a background child holding stderr open cannot hang us. Its stdout is
-    discarded; the last few KB of its stderr come back in `stderr_tail` for the `hook_failed` event.
-    `on_spawn` sees the process first: the supervisor keeps it out of the supervised tree and lets
-    its reaper (the one waitpid caller) hand the exit status back.
-    """
-    data = decision_json.encode("utf-8")
-    try:
-        # Its own process group (to kill it whole) but our session: the supervisor's reaper leaves
-        # children of its own session alone, so the exit status stays ours to read.
-        proc = subprocess.Popen(cmd, shell=True, cwd=cwd, stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                process_group=0)
-    except OSError as exc:
-        return HookResult(ok=False, code=None, timed_out=False, stderr_tail=f"cannot start hook: {exc}")
-    if on_spawn is not None:
-        on_spawn(proc)
-    assert proc.stdin is not None and proc.stderr is not None
-    deadline = time.monotonic() + max(0.0, timeout)
-    tail = bytearray()
-    sel = selectors.DefaultSelector()
-    stdin_fd, stderr_fd = proc.stdin.fileno(), proc.stderr.fileno()
-    os.set_blocking(stdin_fd, False)
-    os.set_blocking(stderr_fd, False)
-    sel.register(stderr_fd, selectors.EVENT_READ)
-    pending = memoryview(data)
-    if pending:
-        sel.register(stdin_fd, selectors.EVENT_WRITE)
-    else:
-        proc.stdin.close()
-
-    def close_stdin() -> None:
-        if stdin_fd in sel.get_map():
-            sel.unregister(stdin_fd)
-        try:
-            proc.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass
-
-    def read_stderr() -> int:
-        """Read what is there: the byte count, 0 when nothing is waiting, -1 at EOF."""
-        try:
-            chunk = os.read(stderr_fd, 65536)
-        except BlockingIOError:
-            return 0
-        except OSError:
-            return -1
-        if not chunk:
-            return -1
-        tail.extend(chunk)
-        del tail[:-_TAIL_BYTES]
-        return len(chunk)
-
-    timed_out = False
-    try:
-        while proc.poll() is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            if not sel.get_map():
-                time.sleep(min(remaining, 0.02))
-                continue
-            for key, _ in sel.select(min(remaining, 0.02)):
-                if key.fd == stdin_fd:
-                    try:
-                        written = os.write(stdin_fd, pending)
-                        pending = pending[written:]
-                        if not pending:
-                            close_stdin()
-                    except BlockingIOError:
-                        pass
-                    except OSError:  # the hook does not read its stdin: fine
-                        close_stdin()
-                elif read_stderr() < 0:
-                    sel.unregister(stderr_fd)
-        # Whatever is left of its group dies with it (or with the timeout).
-        _kill_group(proc.pid)
-        if timed_out:
-            try:
-                proc.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                pass
-        for _ in range(64):  # drain what was already written, never waiting for EOF
-            if stderr_fd not in sel.get_map() or read_stderr() <= 0:
-                break
-    finally:
-        close_stdin()
-        sel.close()
-        proc.stderr.close()
-    code = proc.returncode
-    text = tail.decode("utf-8", "replace").strip()
-    if timed_out:
-        text = (text + "\n" if text else "") + f"hook timed out after {timeout:g}s and was killed"
-    return HookResult(ok=(code == 0 and not timed_out), code=code, timed_out=timed_out,
-                      stderr_tail=text[-2000:])

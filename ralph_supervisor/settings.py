@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ralph_supervisor.breaker import Thresholds
 from ralph_supervisor.text import clip
 
 STATE_DIR_NAME = ".ralph-supervise"
@@ -482,4 +483,21 @@ def load_settings(
         echo=echo,
         sources=sources,
         **{k: v for k, v in merged.items() if k in known},
+    )
+
+
+def thresholds_from(settings: Settings) -> Thresholds:
+    """The breaker's thresholds from the validated settings."""
+    return Thresholds(
+        no_progress=settings.no_progress,
+        same_error=settings.same_error,
+        output_decline=settings.output_decline,
+        max_failures=settings.max_failures,
+        stall_s=settings.stall,
+        paraphrase=settings.paraphrase,
+        max_iterations=settings.max_iterations,
+        token_budget=settings.token_budget,
+        daily_token_budget=settings.daily_token_budget,
+        cooldown_s=settings.cooldown_s,
+        max_opens=settings.max_opens,
     )

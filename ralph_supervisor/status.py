@@ -1,16 +1,18 @@
 """`status` and `reset`: they work whether or not a supervisor runs for the folder.
 
 With a supervisor running, the live answer comes over its control socket; without one, from
-`state.json` (all zeros and CLOSED when there is none). The shapes are CONTRACT section 3's.
+`state.json` (all zeros and CLOSED when there is none). The shapes are those of `docs/reference.md`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor import store
+from ralph_supervisor.breaker import Breaker, Thresholds
+from ralph_supervisor.control import ControlError, NoSupervisor, request
+from ralph_supervisor.files import history_jsonl, state_json
+from ralph_supervisor.files.lock import running_supervisor_pid
 
 STATUS_KEYS = ("state", "trigger", "reason", "iteration", "consecutive_no_progress", "consecutive_same_error",
                "consecutive_failures", "total_opens", "tokens_used")
@@ -21,33 +23,19 @@ def _from_state_file(state_dir: Path) -> tuple[dict[str, Any], str | None]:
 
     Status only reads: a bad file is reported (and the defaults shown), never moved or rewritten.
     """
-    from ralph_supervisor.breaker import Breaker, Thresholds
-
-    defaults = Breaker(Thresholds()).status()
-    path = state_dir / store.STATE_FILE
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return defaults, None
-    except (OSError, ValueError, RecursionError) as exc:
-        return defaults, f"{path} is unreadable ({str(exc)[:200]}); showing defaults"
-    try:
-        breaker = Breaker.from_dict(Thresholds(), raw)
-    except (ValueError, OverflowError, TypeError, RecursionError) as exc:
-        return defaults, f"{path}: {str(exc)[:200]}; showing defaults"
+    snapshot, warning = state_json.load(state_dir)
+    breaker = Breaker(Thresholds(), snapshot)
     data = breaker.status()
-    snapshot = breaker.to_dict()
+    dump = breaker.to_dict()
     for key in ("final", "opened_at", "cooldown_s"):
-        data[key] = snapshot.get(key)
-    return data, None
+        data[key] = dump.get(key)
+    return data, f"{warning}; showing defaults" if warning else None
 
 
 def collect(state_dir: Path) -> dict[str, Any]:
     """The status of the folder: live when a supervisor answers, else from the files."""
-    pid = store.running_supervisor_pid(state_dir)
+    pid = running_supervisor_pid(state_dir)
     if pid is not None:
-        from ralph_supervisor.control import ControlError, NoSupervisor, request
-
         try:
             live = request(state_dir, "status", timeout=5.0)
             if isinstance(live, dict) and "state" in live:
@@ -103,37 +91,20 @@ def human(status: dict[str, Any]) -> str:
 
 def reset(state_dir: Path) -> str:
     """Breaker to CLOSED. A running supervisor does it (and resumes a paused tree); else the file is reset."""
-    pid = store.running_supervisor_pid(state_dir)
+    pid = running_supervisor_pid(state_dir)
     if pid is not None:
-        from ralph_supervisor.control import ControlError, NoSupervisor, request
-
         try:
             result = request(state_dir, "reset", timeout=30.0)
             return str(result.get("message", "breaker reset to CLOSED"))
         except (NoSupervisor, ControlError):
             pass
-    from ralph_supervisor.breaker import Breaker, Thresholds
-
-    path = state_dir / store.STATE_FILE
-    try:
-        data = store.read_json_object(path)
-    except store.CorruptFile:
-        data = None
-    breaker = Breaker(Thresholds())
-    if data is not None:
-        try:
-            breaker = Breaker.from_dict(Thresholds(), data)
-        except ValueError:
-            breaker = Breaker(Thresholds())
-    breaker.reset()
+    snapshot, _warning = state_json.load(state_dir, move_bad=True)
+    breaker = Breaker(Thresholds(), snapshot)
+    decision = breaker.reset()
     if state_dir.is_dir():
-        store.atomic_write_json(path, breaker.to_dict())
-        history = state_dir / store.HISTORY_FILE
-        entry = {"ts": store.iso_utc(), "iteration": breaker.iteration, "from": (data or {}).get("state", "CLOSED"),
-                 "to": "CLOSED", "trigger": "manual", "reason": "reset by ralph-supervise reset"}
-        try:
-            with open(history, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(entry) + "\n")
-        except OSError:
-            pass
+        state_json.save(state_dir, breaker.snapshot())
+        if decision.changed:
+            history = history_jsonl.History(state_dir)
+            history.record(decision)
+            history.close()
     return "breaker reset to CLOSED"

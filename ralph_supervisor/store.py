@@ -1,54 +1,33 @@
-"""The state folder on disk: atomic JSON files, the single-instance lock, the daily spend.
+"""Primitives for the state folder's files (their owners are the modules of `files/`).
 
 Every file we rewrite is written atomically (temp file, fsync, rename), so a crash or a full disk
-leaves either the old or the new content, never half of one. Files we only read back (state,
-daily spend) are validated; a corrupt one is moved aside with a warning, never trusted.
+leaves either the old or the new content, never half of one. A file we cannot trust is moved aside
+under one naming scheme, `NAME.corrupt-<UTC time>` (`move_aside`), never deleted and never trusted.
+
+    >>> atomic_write_json(Path("/tmp/example.json"), {"a": 1})
+    >>> read_json_object(Path("/tmp/example.json"))
+    {'a': 1}
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-STATE_FILE = "state.json"
-HISTORY_FILE = "history.jsonl"
-EVENTS_FILE = "events.jsonl"
-CHILD_LOG = "child.log"
-LEDGER_FILE = "ledger.json"
-ESCALATION_FILE = "escalation.md"
-CONTROL_SOCKET = "control.sock"
-LOCK_FILE = "supervisor.lock"
-TREE_FILE = "tree.json"
-DAILY_FILE = "daily-spend.json"
-
 
 def iso_utc(epoch: float | None = None) -> str:
-    """ISO-8601 UTC with milliseconds, e.g. 2026-11-30T22:24:00.123Z (CONTRACT section 2)."""
+    """ISO-8601 UTC with milliseconds, e.g. 2026-11-30T22:24:00.123Z (the time format of every file)."""
     moment = datetime.fromtimestamp(time.time() if epoch is None else epoch, tz=timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def utc_day(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d")
-
-
-def prepare_state_dir(state_dir: Path) -> None:
-    """Create the state folder with a `.gitignore` of `*` so it never shows in the user's git status."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    ignore = state_dir / ".gitignore"
-    if not ignore.exists():
-        try:
-            ignore.write_text("*\n")
-        except OSError:
-            pass
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -129,126 +108,4 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return data
 
 
-# ---------------------------------------------------------------------------------------------
-# One supervisor per state folder.
 
-
-class AlreadyRunning(Exception):
-    def __init__(self, pid: int | None, state_dir: Path) -> None:
-        who = f"pid {pid}" if pid else "another process"
-        super().__init__(f"another supervisor ({who}) is already running for {state_dir}")
-        self.pid = pid
-
-
-@dataclass
-class InstanceLock:
-    """An flock on `supervisor.lock`; the file holds the owner's PID for the error message."""
-
-    path: Path
-    fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
-            pid = _read_owner(fd)
-            os.close(fd)
-            raise AlreadyRunning(pid, self.path.parent) from None
-        try:  # the PID is a courtesy for the "already running" message; the flock is the lock
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass
-        self.fd = fd
-
-    def release(self) -> None:
-        """Unlock. The PID stays in the file: whether anyone runs is the flock's answer, not the text's."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _read_owner(fd: int, patience: float = 0.3) -> int | None:
-    """The lock holder's PID. It writes it just after taking the lock (over a dead predecessor's),
-    so wait a moment for a live one to appear."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            pid = int(os.pread(fd, 32, 0).decode().strip() or 0) or None
-        except (ValueError, OSError):
-            pid = None
-        if (pid is not None and _alive(pid)) or time.monotonic() >= deadline:
-            return pid
-        time.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def running_supervisor_pid(state_dir: Path) -> int | None:
-    """The PID of the supervisor holding the lock of this state folder, or None when none runs."""
-    path = state_dir / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            try:
-                return int(os.pread(fd, 32, 0).decode().strip() or 0) or None
-            except (ValueError, OSError):
-                return None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-# ---------------------------------------------------------------------------------------------
-# Daily token spend, across runs.
-
-
-@dataclass(frozen=True)
-class DailySpend:
-    date: str
-    tokens: int
-
-    def today(self, epoch: float) -> DailySpend:
-        day = utc_day(epoch)
-        return self if self.date == day else DailySpend(day, 0)
-
-
-def load_daily_spend(path: Path, now: float) -> tuple[DailySpend, str | None]:
-    """Today's spend so far, and a warning when the file was corrupt (it is moved aside, not trusted)."""
-    try:
-        data = read_json_object(path)
-    except CorruptFile as exc:
-        return DailySpend(utc_day(now), 0), f"{exc}; moved to {exc.moved_to}" if exc.moved_to else str(exc)
-    if data is None:
-        return DailySpend(utc_day(now), 0), None
-    date, tokens = data.get("date"), data.get("tokens")
-    if not isinstance(date, str) or not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
-        moved = move_aside(path)
-        return DailySpend(utc_day(now), 0), f"{path}: bad date or tokens field; moved to {moved}"
-    return DailySpend(date, tokens).today(now), None
-
-
-def add_daily_spend(path: Path, tokens: int, now: float) -> DailySpend:
-    """Add one iteration's tokens to today's total (re-read first: several loops may share the file)."""
-    spend, _ = load_daily_spend(path, now)
-    spend = DailySpend(spend.date, spend.tokens + max(0, tokens))
-    atomic_write_json(path, {"date": spend.date, "tokens": spend.tokens})
-    return spend

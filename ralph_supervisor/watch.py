@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ralph_supervisor import control
+from ralph_supervisor.files import state_json
 
 log = structlog.get_logger(__name__)
 
@@ -589,20 +590,7 @@ class JsonlFollower:
 
 def read_state(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """state.json as a dict, or None and a note saying why not (missing is not worth a note)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(1024 * 1024)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"cannot read {path.name}: {exc.strerror or exc}"
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None, f"{path.name} is not valid JSON (ignored)"
-    if not isinstance(value, dict):
-        return None, f"{path.name} is not a JSON object (ignored)"
-    return value, None
+    return state_json.read_dict(path.parent)
 
 
 def ask_status(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:

@@ -249,8 +249,9 @@ def test_a_corrupt_state_file_is_reported_and_kept_not_silently_zeroed(tmp_path:
     assert code == 0
     assert err.count("\n") == 1
     assert err.startswith(f"ralph-supervise check: warning: daily state {state_file} is unreadable (")
-    assert f"moved to {state_file}.corrupt" in err
-    assert (tmp_path / "st" / "daily-spend.issue-triage.json.corrupt").read_text() == '{"date": "2026-'
+    (aside,) = (tmp_path / "st").glob("daily-spend.issue-triage.json.corrupt-*")  # the one naming scheme
+    assert f"moved to {aside}" in err
+    assert aside.read_text() == '{"date": "2026-'
     assert json.loads(state_file.read_text())["tokensUsedToday"] == 10
 
 
@@ -360,4 +361,4 @@ def test_a_daily_state_with_a_bad_spend_is_set_aside_with_a_warning(
     code, _, err = daily(tmp_path, write_ledger(tmp_path / "l.json", [att("success", tokens=10)]), capsys)
     assert code == 0
     assert err.count("\n") == 1 and f"warning: daily state {state_file} is unreadable" in err
-    assert (tmp_path / "st" / "daily-spend.issue-triage.json.corrupt").exists()
+    assert list((tmp_path / "st").glob("daily-spend.issue-triage.json.corrupt-*"))

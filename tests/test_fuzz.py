@@ -61,7 +61,8 @@ from ralph_supervisor.settings import (
     read_config_file,
     read_environment,
 )
-from ralph_supervisor.supervisor import _read_history_tail, load_breaker
+from ralph_supervisor.files import daily_spend_json, history_jsonl, state_json
+from ralph_supervisor.supervisor import load_breaker
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 AGENT_TEXTS: tuple[str, ...] = tuple(
@@ -721,7 +722,8 @@ def test_check_survives_any_daily_state_file_and_moves_a_corrupt_one_aside(here:
     for line in err.splitlines():
         assert line.startswith("ralph-supervise check: warning: daily state "), line
     if err:
-        assert (daily / "daily-spend.default.json.corrupt").read_bytes() == state
+        (aside,) = daily.glob("daily-spend.default.json.corrupt-*")
+        assert aside.read_bytes() == state
     written = json.loads((daily / "daily-spend.default.json").read_text())
     assert written["tokensUsedToday"] >= 7
 
@@ -1057,9 +1059,9 @@ def test_reading_a_state_file_gives_an_object_or_moves_it_aside(here: Path, raw:
 @example(raw=b'{"date": "1970-01-01", "tokens": 5}')
 @example(raw=b'{"date": "1970-01-01", "tokens": true}')
 def test_loading_the_daily_spend_never_raises(here: Path, raw: bytes) -> None:
-    path = fresh(here, store.DAILY_FILE)
+    path = fresh(here, daily_spend_json.NAME)
     path.write_bytes(raw)
-    spend, warning = store.load_daily_spend(path, now=3600.0)
+    spend, warning = daily_spend_json.load(here, now=3600.0)
     assert spend.date == "1970-01-01" and isinstance(spend.tokens, int) and spend.tokens >= 0
     if warning is None:
         assert path.read_bytes() == raw
@@ -1070,10 +1072,10 @@ def test_loading_the_daily_spend_never_raises(here: Path, raw: bytes) -> None:
 @FAST
 @given(spent=st.lists(st.integers(-5, 10**9), max_size=5))
 def test_the_daily_spend_round_trips(here: Path, spent: list[int]) -> None:
-    path = fresh(here, store.DAILY_FILE)
+    fresh(here, daily_spend_json.NAME)
     for tokens in spent:
-        store.add_daily_spend(path, tokens, now=3600.0)
-    spend, warning = store.load_daily_spend(path, now=3600.0)
+        daily_spend_json.add(here, tokens, 0.0, now=3600.0)
+    spend, warning = daily_spend_json.load(here, now=3600.0)
     assert warning is None and spend.tokens == sum(max(0, t) for t in spent)
 
 
@@ -1086,13 +1088,13 @@ STATUS_TYPES = {"state": str, "trigger": str, "reason": str, "iteration": int, "
 @example(raw=b'{"state": true, "iteration": 1.5, "tokens_used": null}')
 def test_status_reads_any_state_json_into_the_contract_shape(here: Path, raw: bytes) -> None:
     state_dir = empty(here)
-    (state_dir / store.STATE_FILE).write_bytes(raw)
+    (state_dir / state_json.NAME).write_bytes(raw)
     report = status.collect(state_dir)
     for key, kind in STATUS_TYPES.items():
         assert type(report[key]) is kind, (key, report[key])
     assert report["supervisor"] == {"pid": None, "running": False} and report["child"] is None
     assert "warning" not in report or one_line(report["warning"])
-    assert (state_dir / store.STATE_FILE).read_bytes() == raw  # status only reads
+    assert (state_dir / state_json.NAME).read_bytes() == raw  # status only reads
     assert isinstance(status.tmux_line(report), str) and isinstance(status.human(report), str)
 
 
@@ -1107,7 +1109,7 @@ def supervisor_settings(state_dir: Path) -> Settings:
 def test_the_supervisor_starts_from_any_state_json(here: Path, raw: bytes) -> None:
     """CONTRACT section 2: a corrupt state.json is moved aside with a warning; the supervisor never refuses to start."""
     state_dir = empty(here)
-    path = state_dir / store.STATE_FILE
+    path = state_dir / state_json.NAME
     path.write_bytes(raw)
     breaker, warning = load_breaker(supervisor_settings(state_dir))
     assert isinstance(breaker, Breaker)
@@ -1126,7 +1128,7 @@ def test_the_supervisor_starts_from_any_state_json(here: Path, raw: bytes) -> No
 @example(raw=b'{"cooldown_s": 1' + b"0" * 400 + b"}", reader="load_breaker")
 def test_a_deeply_nested_or_huge_number_state_file_never_crashes_a_reader(here: Path, raw: bytes, reader: str) -> None:
     state_dir = empty(here)
-    path = state_dir / store.STATE_FILE
+    path = state_dir / (daily_spend_json.NAME if reader == "load_daily_spend" else state_json.NAME)
     path.write_bytes(raw)
     if reader == "read_json_object":
         try:
@@ -1134,7 +1136,7 @@ def test_a_deeply_nested_or_huge_number_state_file_never_crashes_a_reader(here: 
         except store.CorruptFile:
             pass
     elif reader == "load_daily_spend":
-        assert store.load_daily_spend(path, now=0.0)[0].tokens == 0
+        assert daily_spend_json.load(state_dir, now=0.0)[0].tokens == 0
     elif reader == "status":
         assert status.collect(state_dir)["state"] == "CLOSED"
     elif reader == "reset":
@@ -1150,7 +1152,7 @@ def test_a_deeply_nested_or_huge_number_state_file_never_crashes_a_reader(here: 
 @example(doc={"state": "banana"})
 def test_status_shows_only_contract_values_from_a_garbage_state_json(here: Path, doc: dict[str, Any]) -> None:
     state_dir = empty(here)
-    (state_dir / store.STATE_FILE).write_text(json.dumps(doc))
+    (state_dir / state_json.NAME).write_text(json.dumps(doc))
     report = status.collect(state_dir)
     assert report["state"] in ("CLOSED", "HALF_OPEN", "OPEN")
     assert report["trigger"] == "none" or report["trigger"] in TRIGGERS
@@ -1179,7 +1181,7 @@ def test_watch_reads_any_jsonl_and_counts_what_it_cannot(lines: list[bytes]) -> 
 @given(raw=STATE_FILE_BYTES)
 @example(raw=b"[" * 50_000)
 def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> None:
-    path = fresh(here, store.STATE_FILE)
+    path = fresh(here, state_json.NAME)
     path.write_bytes(raw)
     value, note = watch.read_state(path)
     assert (value is None) != (note is None)
@@ -1190,16 +1192,16 @@ def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> N
 @FAST
 @given(lines=JSONL_LINES)
 def test_the_escalation_reads_any_history_tail(here: Path, lines: list[bytes]) -> None:
-    path = fresh(here, store.HISTORY_FILE)
+    path = fresh(here, history_jsonl.NAME)
     path.write_bytes(b"\n".join(lines))
-    entries = _read_history_tail(path, 20)
+    entries = history_jsonl.tail(here, 20)
     assert all(isinstance(e, dict) for e in entries) and len(entries) <= 20
 
 
 def test_a_deeply_nested_history_line_is_skipped(here: Path) -> None:
-    path = fresh(here, store.HISTORY_FILE)
+    path = fresh(here, history_jsonl.NAME)
     path.write_bytes(b'{"to": "OPEN"}\n' + b"[" * 50_000 + b"\n")
-    assert _read_history_tail(path, 20) == [{"to": "OPEN"}]
+    assert history_jsonl.tail(here, 20) == [{"to": "OPEN"}]
 
 
 def _pid_max() -> int:

@@ -315,7 +315,7 @@ def test_stop_returns_only_once_the_supervisor_has_released_the_folder(supervise
     its notifier gives up): `stop && run` must still find the folder free."""
     import socket
 
-    from ralph_supervisor.store import running_supervisor_pid
+    from ralph_supervisor.files.lock import running_supervisor_pid
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))

@@ -35,13 +35,19 @@ from ralph_supervisor.process.linux import (
     signal_if_same,
 )
 from ralph_supervisor.process.tree import Member, walk
-from ralph_supervisor.store import atomic_write_bytes
+from ralph_supervisor.store import atomic_write_bytes, move_aside
 
 log = structlog.get_logger(__name__)
 
 MARKER_VAR = "RALPH_SUPERVISE_TREE"
+RECORD_NAME = "tree.json"
 MAX_RECORDED = 4096
 FORMAT_VERSION = 1
+
+
+def record_path(state_dir: Path) -> Path:
+    """Where a supervisor keeps its tree's record (`tree.json` in its state folder)."""
+    return state_dir / RECORD_NAME
 
 
 def new_marker() -> str:
@@ -106,11 +112,7 @@ def sweep_orphans(path: Path, grace: float = 1.0) -> int:
     try:
         recorded, marker, same_boot = _parse_record(raw)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-        try:
-            path.replace(aside)
-        except OSError:
-            pass
+        aside = move_aside(path)
         log.warning("orphan_record_corrupt", path=str(path), moved_to=str(aside), error=str(exc))
         return 0
     if not same_boot:

@@ -1,7 +1,7 @@
 """Race two processes for one `supervisor.lock` ROUNDS times; print a JSON summary of the outcomes.
 
 Usage: fault_lock_race.py FOLDER ROUNDS.  Each round forks two processes that spin until a go file
-appears and then call the real `store.InstanceLock.acquire()` at the same instant (far tighter than
+appears and then call the real `files.lock.InstanceLock.acquire()` at the same instant (far tighter than
 two interpreters starting up). Odd rounds start from the lock file a SIGKILLed supervisor leaves
 (a dead PID in it), even rounds from no file. The winner holds the lock for 5 ms.
 Output: {"rounds": N, "both_won": n, "none_won": n, "loser_messages": [...], "winner_pids": [...]}.
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ralph_supervisor.store import AlreadyRunning, InstanceLock
+from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 
 
 def racer(lock_path: Path, go: Path, out: int) -> None:

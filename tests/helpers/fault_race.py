@@ -12,7 +12,7 @@ import sys
 import time
 
 from ralph_supervisor.cli import main
-from ralph_supervisor import store, supervisor  # noqa: F401 - imported before the start signal
+from ralph_supervisor import files, supervisor  # noqa: F401 - imported before the start signal
 
 if __name__ == "__main__":
     go = sys.argv[1]

@@ -1,0 +1,100 @@
+"""`history.jsonl`: one JSON line per breaker transition, appended, rotated under a budget, never rewritten.
+
+A line is `{"ts", "iteration", "from", "to", "trigger", "reason"}` (`ts` ISO-8601 UTC with milliseconds),
+made from the breaker's `Decision` by `entry`, whoever writes it (the supervisor, or `reset` without one).
+
+    >>> history = History(Path("/tmp/ralph-example/.ralph-supervise"))
+    >>> history.record(decision)      # doctest: +SKIP
+    >>> tail(Path("/tmp/ralph-example/.ralph-supervise"), 20)  # the last 20 transitions, oldest first
+    []
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ralph_supervisor import store
+from ralph_supervisor.breaker import Decision
+from ralph_supervisor.rotating import RotatingFile
+
+NAME = "history.jsonl"
+MAX_BYTES = 1_000_000
+TOTAL_BYTES = 5_000_000
+TAIL_BYTES = 64 * 1024
+
+
+def path(state_dir: Path) -> Path:
+    return state_dir / NAME
+
+
+def entry(decision: Decision, ts: str | None = None) -> dict[str, Any]:
+    """The history line of a transition."""
+    return {
+        "ts": ts or store.iso_utc(),
+        "iteration": decision.iteration,
+        "from": decision.from_state.value,
+        "to": decision.state.value,
+        "trigger": decision.trigger,
+        "reason": decision.reason,
+    }
+
+
+class History:
+    """The appender: whole lines only (a short write on a full disk is taken back), rotated by size."""
+
+    def __init__(self, state_dir: Path, on_error: Callable[[OSError], None] | None = None) -> None:
+        self._file = RotatingFile(path(state_dir), MAX_BYTES, TOTAL_BYTES, whole_lines=True, on_error=on_error)
+
+    def record(self, decision: Decision) -> dict[str, Any]:
+        line = entry(decision)
+        self._file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+        return line
+
+    def files(self) -> list[Path]:
+        return self._file.files()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _parse(lines: list[bytes]) -> list[dict[str, Any]]:
+    entries = []
+    for line in lines:
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            entries.append(value)
+    return entries
+
+
+def tail(state_dir: Path, count: int) -> list[dict[str, Any]]:
+    """The last `count` transitions of the current file, oldest first (unreadable lines skipped)."""
+    try:
+        with open(path(state_dir), "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - TAIL_BYTES))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.splitlines()
+    if size > TAIL_BYTES and lines:
+        lines = lines[1:]  # the first line was cut by the seek
+    return _parse(lines[-count:]) if count > 0 else []
+
+
+def read_all(state_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every transition still on disk, oldest first (rotated files included); unreadable lines skipped."""
+    files = [path(state_dir)] + [state_dir / f"{NAME}.{i}" for i in range(1, TOTAL_BYTES // MAX_BYTES + 1)]
+    for file in reversed([f for f in files if f.exists()]):
+        try:
+            data = file.read_bytes()
+        except OSError:
+            continue
+        yield from _parse(data.splitlines())

@@ -1,0 +1,74 @@
+"""`ledger.json`: the loop-context ledger the supervisor writes itself, one attempt per observed iteration.
+
+So `ralph-supervise check -f .ralph-supervise/ledger.json`, or loop-context itself, can judge a live loop.
+Bounded: the last `MAX_ATTEMPTS` attempts are kept (the rules judge the recent tail), across runs.
+
+    >>> ledger = Ledger(Path("/tmp/ralph-example/.ralph-supervise"), goal="supervised: ./ralph_loop.sh")
+    >>> ledger.append(report)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ralph_supervisor import store
+from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.ledger import attempt_dict, dump_ledger
+
+NAME = "ledger.json"
+MAX_ATTEMPTS = 1000
+GOAL_MAX = 200
+
+
+def path(state_dir: Path) -> Path:
+    return state_dir / NAME
+
+
+class Ledger:
+    """The attempts so far (read once at start; a corrupt file is moved aside and reported) and the writer."""
+
+    def __init__(self, state_dir: Path, goal: str) -> None:
+        self.state_dir = state_dir
+        self.goal = goal[:GOAL_MAX]
+        self.warning: str | None = None
+        self.attempts: list[dict[str, Any]] = []
+        try:
+            data = store.read_json_object(path(state_dir))
+        except store.CorruptFile as exc:
+            self.warning = str(exc) + (f"; moved to {exc.moved_to.name}" if exc.moved_to else "")
+            data = None
+        attempts = data.get("attempts") if data else None
+        if isinstance(attempts, list):
+            self.attempts = [a for a in attempts if isinstance(a, dict)][-MAX_ATTEMPTS:]
+
+    def append(self, report: IterationReport) -> None:
+        """Add the iteration's attempt and rewrite the file atomically. Raises OSError (a full disk)."""
+        self.attempts.append(attempt_dict(report.number, action_summary(report), outcome_of(report),
+                                          report.first_error or None, report.tokens or 0))
+        del self.attempts[:-MAX_ATTEMPTS]
+        store.atomic_write_text(path(self.state_dir), dump_ledger(self.goal, self.attempts))
+
+
+def outcome_of(report: IterationReport) -> str:
+    """The ledger's outcome: success (progress), failure (a failed call or an error), noop (neither)."""
+    if report.progress:
+        return "success"
+    if report.failed or report.blocked or report.error_signatures:
+        return "failure"
+    return "noop"
+
+
+def action_summary(report: IterationReport) -> str:
+    """A short summary of what the agent said it did (its reply's first line, or what happened)."""
+    if report.usage_limited:
+        return "usage limit reached"
+    if report.blocked:
+        return f"blocked: {report.blocked_reason}"[:200]
+    if report.reply:
+        for line in report.reply.splitlines():
+            if line.strip():
+                return line.strip()[:200]
+    if report.failed:
+        return "failed call"
+    return "no reply"

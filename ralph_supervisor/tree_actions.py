@@ -1,0 +1,88 @@
+"""What the supervisor does to the whole tree: pause, resume, stop; one at a time, and on the record.
+
+Every action runs off the event loop (the tree may hold hundreds of processes) and under one lock: a
+resume interleaved with a pause could thaw a tree the pause still froze, leaving it running while the
+supervisor believes it paused. Each action logs its event (`tree_paused`, `tree_resumed`, `tree_stopped`)
+and tells the metrics; `interrupting` runs first, so the calls it cuts off are known to be cut short.
+
+    >>> actions = TreeActions(tree, grace=10.0, metrics=metrics, interrupting=calls.mark_cut_short)  # doctest: +SKIP
+    >>> async with actions.lock:                                                                    # doctest: +SKIP
+    ...     await actions.pause(iteration=7)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from ralph_supervisor.process.tree import ProcessTree, StopResult
+
+log = structlog.get_logger("ralph_supervisor")
+
+
+class TreeActions:
+    """Pause, resume and stop the tree. Callers hold `lock` around a sequence of actions that belong together."""
+
+    def __init__(self, tree: ProcessTree, *, grace: float, metrics: Any,
+                 interrupting: Callable[[], None] = lambda: None,
+                 collect_exits: Callable[[], None] = lambda: None,
+                 extend_timeout: Callable[[float], None] = lambda seconds: None) -> None:
+        self.tree = tree
+        self.grace = grace
+        self.lock = asyncio.Lock()
+        self.paused = False
+        self.stopping = False
+        """A stop is under way: the tick does not sample (the stop scans) and exits are not the loop's own."""
+        self._metrics = metrics
+        self._interrupting = interrupting
+        self._collect_exits = collect_exits
+        self._extend_timeout = extend_timeout
+
+    async def pause(self, iteration: int) -> int:
+        """SIGSTOP every process (parents first, until no newcomer shows up); the number frozen."""
+        self._interrupting()
+        started = time.monotonic()
+        count = await asyncio.to_thread(self.tree.pause)
+        self.paused = True
+        log.info("tree_paused", processes=count, iteration=iteration,
+                 duration_ms=int((time.monotonic() - started) * 1000))
+        return count
+
+    async def resume(self, iteration: int) -> int:
+        count = await asyncio.to_thread(self.tree.resume)
+        self.paused = False
+        log.info("tree_resumed", processes=count, iteration=iteration)
+        return count
+
+    async def stop(self, why: str, iteration: int) -> StopResult:
+        """TERM, the grace, KILL, re-scan until nothing is left; logs `tree_stopped` with the survivors."""
+        self._interrupting()
+        self.stopping = True
+        try:
+            self._extend_timeout(self.grace + 10)
+            result = await asyncio.to_thread(self.tree.stop, self.grace)
+            self._collect_exits()  # while `stopping` holds: these exits are ours, not the loop's own
+            self.record_stop(result, why, iteration)
+            self.paused = False
+            return result
+        finally:
+            self.stopping = False
+
+    def kill_now(self, why: str, iteration: int) -> StopResult:
+        """SIGKILL everything at once (the second signal); also cuts short a stop waiting out its grace."""
+        result = self.tree.kill_now()
+        self.record_stop(result, why, iteration)
+        self.paused = False
+        return result
+
+    def record_stop(self, result: StopResult, why: str, iteration: int) -> None:
+        survivors = [m.pid for m in result.survivors]
+        (log.warning if survivors else log.info)(
+            "tree_stopped", reason=why, survivors=len(survivors), survivor_pids=survivors,
+            duration_ms=result.duration_ms, signalled=result.signalled, iteration=iteration)
+        self._metrics.tree_stopped(len(survivors))
+        self._metrics.child_running(False)
