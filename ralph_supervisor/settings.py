@@ -214,34 +214,37 @@ class Option:
     metavar: str | None = None
 
 
+_BREAKER = Thresholds()
+"""The breaker's own defaults are the defaults of its options."""
+
 OPTIONS: tuple[Option, ...] = (
-    Option("no_progress", "--no-progress", _int(1), 3, "open after N iterations in a row without progress",
+    Option("no_progress", "--no-progress", _int(1), _BREAKER.no_progress, "open after N iterations in a row without progress",
            ("CB_NO_PROGRESS_THRESHOLD",), metavar="N"),
-    Option("same_error", "--same-error", _int(1), 5, "open after the same error set in N iterations in a row",
+    Option("same_error", "--same-error", _int(1), _BREAKER.same_error, "open after the same error set in N iterations in a row",
            ("CB_SAME_ERROR_THRESHOLD",), metavar="N"),
-    Option("output_decline", "--output-decline", _number(0, 100), 70.0,
+    Option("output_decline", "--output-decline", _number(0, 100), _BREAKER.output_decline,
            "open when an iteration without progress prints PCT %% less than the mean of the 3 before it (0 = off)",
            ("CB_OUTPUT_DECLINE_THRESHOLD",), metavar="PCT"),
-    Option("max_failures", "--max-failures", _int(1), 5, "open after N failed agent calls in a row",
+    Option("max_failures", "--max-failures", _int(1), _BREAKER.max_failures, "open after N failed agent calls in a row",
            ("RALPH_SUPERVISE_MAX_FAILURES",), metavar="N"),
-    Option("stall", "--stall", _number(0, above=True), 1800.0,
+    Option("stall", "--stall", _number(0, above=True), _BREAKER.stall_s,
            "open when the current call is silent (no output, no file change, no CPU) for SECONDS",
            ("RALPH_SUPERVISE_STALL",), metavar="SECONDS"),
-    Option("paraphrase", "--paraphrase", _number(0, 1), 0.82,
+    Option("paraphrase", "--paraphrase", _number(0, 1), _BREAKER.paraphrase,
            "open when the last 3 replies have mean pairwise word-set Jaccard >= RATIO (0 = off)",
            ("RALPH_SUPERVISE_PARAPHRASE",), metavar="RATIO"),
-    Option("max_iterations", "--max-iterations", _int(0), 0, "iteration cap (0 = off)",
+    Option("max_iterations", "--max-iterations", _int(0), _BREAKER.max_iterations, "iteration cap (0 = off)",
            ("RALPH_SUPERVISE_MAX_ITERATIONS",), metavar="N"),
-    Option("token_budget", "--token-budget", _int(0), 0, "tokens for this run (0 = off)",
+    Option("token_budget", "--token-budget", _int(0), _BREAKER.token_budget, "tokens for this run (0 = off)",
            ("RALPH_SUPERVISE_TOKEN_BUDGET",), metavar="N"),
-    Option("daily_token_budget", "--daily-token-budget", _int(0), 0, "tokens per UTC day across runs (0 = off)",
+    Option("daily_token_budget", "--daily-token-budget", _int(0), _BREAKER.daily_token_budget, "tokens per UTC day across runs (0 = off)",
            ("RALPH_SUPERVISE_DAILY_TOKEN_BUDGET",), metavar="N"),
     Option("on_open", "--on-open", _choice("pause", "kill", "stop"), "pause", "what OPEN does to the tree",
            ("RALPH_SUPERVISE_ON_OPEN",), metavar="pause|kill|stop"),
-    Option("cooldown", "--cooldown", _number(0, above=True), 30.0,
+    Option("cooldown", "--cooldown", _number(0, above=True), _BREAKER.cooldown_s / 60.0,
            "minutes from OPEN to HALF_OPEN; doubles after each failed trial, capped at 8x",
            ("CB_COOLDOWN_MINUTES",), metavar="MINUTES"),
-    Option("max_opens", "--max-opens", _int(1), 3, "the Nth open is final: the tree is stopped and run exits 2",
+    Option("max_opens", "--max-opens", _int(1), _BREAKER.max_opens, "the Nth open is final: the tree is stopped and run exits 2",
            ("RALPH_SUPERVISE_MAX_OPENS",), metavar="N"),
     Option("grace", "--grace", _number(0), 10.0, "seconds from SIGTERM to SIGKILL when stopping the tree",
            ("RALPH_SUPERVISE_GRACE",), metavar="SECONDS"),
@@ -306,6 +309,11 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 
 
+def _default(name: str) -> Any:
+    """A Settings field's default: its option's (one set of defaults, in OPTIONS)."""
+    return OPTIONS_BY_NAME[name].default
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a run needs, fully validated. Built only by `load_settings`."""
@@ -315,44 +323,44 @@ class Settings:
     command: tuple[str, ...] = ()
     config_file: Path | None = None
     echo: bool | None = None
-    no_progress: int = 3
-    same_error: int = 5
-    output_decline: float = 70.0
-    max_failures: int = 5
-    stall: float = 1800.0
-    paraphrase: float = 0.82
-    max_iterations: int = 0
-    token_budget: int = 0
-    daily_token_budget: int = 0
-    on_open: str = "pause"
-    cooldown: float = 30.0
-    max_opens: int = 3
-    grace: float = 10.0
-    cost_budget: float = 0.0
-    daily_cost_budget: float = 0.0
-    limit_wait_margin: float = 60.0
-    destructive_files: int = 25
-    destructive_share: float = 30.0
-    snapshot_budget: int = 2_000_000_000
-    snapshot_max_file: int = 50_000_000
-    agent: str = "auto"
-    name: str | None = None
-    notify: tuple[str, ...] = ()
-    iteration_process: tuple[str, ...] = AGENT_NAMES
-    iteration_marker: str | None = None
-    tail: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    on_open_hook: str | None = None
-    hook_timeout: float = 30.0
-    log_format: str = "auto"
-    log_max_bytes: int = 50_000_000
-    log_total_bytes: int = 500_000_000
-    line_cap: int = 1 << 20
-    notify_webhook: str | None = None
-    notify_desktop: bool = True
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
-    metrics_textfile: Path | None = None
+    no_progress: int = _default("no_progress")
+    same_error: int = _default("same_error")
+    output_decline: float = _default("output_decline")
+    max_failures: int = _default("max_failures")
+    stall: float = _default("stall")
+    paraphrase: float = _default("paraphrase")
+    max_iterations: int = _default("max_iterations")
+    token_budget: int = _default("token_budget")
+    daily_token_budget: int = _default("daily_token_budget")
+    on_open: str = _default("on_open")
+    cooldown: float = _default("cooldown")
+    max_opens: int = _default("max_opens")
+    grace: float = _default("grace")
+    cost_budget: float = _default("cost_budget")
+    daily_cost_budget: float = _default("daily_cost_budget")
+    limit_wait_margin: float = _default("limit_wait_margin")
+    destructive_files: int = _default("destructive_files")
+    destructive_share: float = _default("destructive_share")
+    snapshot_budget: int = _default("snapshot_budget")
+    snapshot_max_file: int = _default("snapshot_max_file")
+    agent: str = _default("agent")
+    name: str | None = _default("name")
+    notify: tuple[str, ...] = _default("notify")
+    iteration_process: tuple[str, ...] = _default("iteration_process")
+    iteration_marker: str | None = _default("iteration_marker")
+    tail: tuple[str, ...] = _default("tail")
+    ignore: tuple[str, ...] = _default("ignore")
+    on_open_hook: str | None = _default("on_open_hook")
+    hook_timeout: float = _default("hook_timeout")
+    log_format: str = _default("log_format")
+    log_max_bytes: int = _default("log_max_bytes")
+    log_total_bytes: int = _default("log_total_bytes")
+    line_cap: int = _default("line_cap")
+    notify_webhook: str | None = _default("notify_webhook")
+    notify_desktop: bool = _default("notify_desktop")
+    metrics_port: int | None = _default("metrics_port")
+    metrics_host: str = _default("metrics_host")
+    metrics_textfile: Path | None = _default("metrics_textfile")
     sources: Mapping[str, str] = field(default_factory=dict)
     """Where each non-default value came from (for `status` and the escalation summary)."""
 
