@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytest_plugins = ("tests.helpers.fuzzing",)  # the `scratch` and `here` folders of the property tests
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 TEST_ID_VAR = "RALPH_TEST_ID"

@@ -12,6 +12,17 @@ from hypothesis import strategies as st
 from ralph_supervisor.breaker import COOLDOWN_CAP, Breaker, Decision, State, Thresholds, is_neutral
 from ralph_supervisor.triggers import TRIGGERS
 from ralph_supervisor.iteration import IterationReport
+from hypothesis import example
+import pytest
+
+from ralph_supervisor.breaker import Snapshot
+
+from tests.helpers.fuzzing import CHEAP
+from tests.helpers.fuzzing import SNAPSHOTS
+from tests.helpers.fuzzing import SNAPSHOT_KEYS
+from tests.helpers.fuzzing import STATE_DOCS
+from tests.helpers.fuzzing import budget
+from tests.helpers.fuzzing import one_line
 
 ERRORS = ["Error: Failed to compile main.ts", "FAILED tests/test_auth.py::test_login", "Fatal: out of memory"]
 REPLIES = [
@@ -274,3 +285,40 @@ def test_trials_cooldowns_and_the_last_allowed_open(cooldown: float, max_opens: 
             assert after.cooldown_s >= before.cooldown_s
             assert after.cooldown_s == min(2 * before.cooldown_s, COOLDOWN_CAP * cooldown)
             assert d.final == (max_opens > 0 and after.total_opens >= max_opens)
+
+
+@budget(60)
+@given(data=STATE_DOCS)
+@example(data={"state": ["OPEN"]})
+@example(data={"state": {"a": 1}})
+@example(data={"state": "OPEN", "trigger": "stall"})
+@example(data={"cooldown_s": 1e308, "opened_at": -1.0})
+@example(data={"recent_error_sets": [["a"], "b"]})
+@example(data={"reason": "x" * 100_000, "trigger": "y" * 100_000})
+def test_breaker_state_is_a_breaker_or_one_line_naming_the_field(data: Any) -> None:
+    try:
+        breaker = Breaker.from_dict(Thresholds(), data)
+    except ValueError as exc:
+        message = str(exc)
+        assert one_line(message) and message.startswith("breaker state"), message
+        if "field" in message:
+            assert any(f"'{key}'" in message for key in SNAPSHOT_KEYS), message
+    else:
+        assert breaker.state in State
+        report = breaker.status()
+        assert report["trigger"] == "none" or report["trigger"] in TRIGGERS
+        assert all(isinstance(report[k], int) and report[k] >= 0 for k in ("iteration", "total_opens", "tokens_used"))
+
+
+@CHEAP
+@given(snap=SNAPSHOTS)
+def test_a_breaker_snapshot_round_trips_through_state_json(snap: Snapshot) -> None:
+    assert Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+@budget(10)
+@given(field=st.sampled_from(["cooldown_s", "opened_at", "changed_at", "trial_started_at"]), digits=st.integers(310, 4000))
+@example(field="cooldown_s", digits=400)
+def test_a_huge_integer_in_a_time_field_is_a_value_error_naming_it(field: str, digits: int) -> None:
+    with pytest.raises(ValueError, match=field):
+        Breaker.from_dict(Thresholds(), json.loads('{"' + field + '": 1' + "0" * digits + "}"))

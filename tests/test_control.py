@@ -30,6 +30,18 @@ from ralph_supervisor.control import (
     parse_request,
     request,
 )
+import threading
+
+from hypothesis import HealthCheck
+from hypothesis import example
+
+from ralph_supervisor.control import COMMANDS
+
+from tests.helpers.fuzzing import CHEAP
+from tests.helpers.fuzzing import JSON_SCALARS
+from tests.helpers.fuzzing import budget
+from tests.helpers.fuzzing import json_values
+from tests.helpers.fuzzing import one_line
 
 
 class Recorder:
@@ -520,3 +532,131 @@ def test_error_answers_are_always_one_line() -> None:
     line = control.encode_error("first\nsecond\r\nthird")
     assert line.count(b"\n") == 1 and line.endswith(b"\n")
     assert json.loads(line) == {"ok": False, "error": "first second third"}
+
+
+REQUEST_KEYS = st.sampled_from(["cmd", "fields", "reason"]) | st.text(max_size=6)
+
+
+REQUEST_LINES = (
+    st.binary(max_size=300)
+    | json_values(REQUEST_KEYS).map(lambda v: json.dumps(v).encode())
+    | st.fixed_dictionaries({"cmd": st.sampled_from(sorted(COMMANDS)) | JSON_SCALARS},
+                            optional={"x": JSON_SCALARS}).map(lambda v: json.dumps(v).encode())
+    | st.text(max_size=60).map(lambda t: t.encode("utf-8", "surrogatepass"))
+)
+
+
+@CHEAP
+@given(line=REQUEST_LINES)
+@example(line=b'{"cmd": "status"}')
+@example(line=b'{"cmd": "status\\nstop"}')
+@example(line=b'{"cmd": NaN}')
+@example(line=b"[" * 100_000)
+@example(line=b'"\\ud800"')
+def test_any_request_line_is_a_request_or_one_line_control_error(line: bytes) -> None:
+    try:
+        request = parse_request(line)
+    except ControlError as exc:
+        assert one_line(str(exc)), str(exc)
+    else:
+        assert isinstance(request, dict) and request["cmd"] in COMMANDS
+
+
+@budget(5)
+@given(digits=st.integers(4301, 60_000))
+@example(digits=4301)
+def test_a_request_with_a_huge_integer_is_a_control_error(digits: int) -> None:
+    with pytest.raises(ControlError):
+        parse_request(b'{"cmd": "status", "n": ' + b"1" * digits + b"}")
+
+
+class LoopThread:
+    """An asyncio loop in a thread, so a synchronous hypothesis test can talk to a real server."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def exchange(path: Path, payload: bytes, timeout: float = 10.0) -> bytes:
+    """Send the payload, shut our side (so a line without a newline still ends), read until the server closes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(payload)
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_the_control_server_answers_any_bytes_with_one_json_line_or_closes() -> None:
+    asked: list[str] = []
+
+    async def handler(req: dict[str, Any]) -> dict[str, Any]:
+        asked.append(req["cmd"])
+        return {"state": "CLOSED", "cmd": req["cmd"]}
+
+    folder = Path(tempfile.mkdtemp(prefix="rf-", dir="/tmp"))  # short: AF_UNIX paths hold 107 bytes
+    path = folder / "control.sock"
+    runner = LoopThread()
+    server = ControlServer(path, handler, client_timeout=2.0)
+    try:
+        runner.run(server.start())
+
+        @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(payload=REQUEST_LINES | st.tuples(REQUEST_LINES, st.binary(max_size=50)).map(lambda t: t[0] + b"\n" + t[1]))
+        @example(payload=b"")
+        @example(payload=b'{"cmd": "stop"}\n{"cmd": "status"}\n')
+        @example(payload=b"x" * 70_000)
+        @example(payload=b"\n")
+        @example(payload=b'{"cmd": "status"')
+        def hit(payload: bytes) -> None:
+            answer = exchange(path, payload)
+            if answer:
+                assert answer.endswith(b"\n") and answer.count(b"\n") == 1, answer[:200]
+                decoded = json.loads(answer)
+                assert isinstance(decoded, dict) and isinstance(decoded["ok"], bool)
+                if decoded["ok"]:
+                    assert decoded["result"]["cmd"] in COMMANDS
+                else:
+                    assert one_line(decoded["error"])
+            else:
+                assert payload == b"", "only a client that sends nothing is closed without an answer"
+            status_answer = json.loads(exchange(path, b'{"cmd": "status"}\n'))
+            assert status_answer == {"ok": True, "result": {"state": "CLOSED", "cmd": "status"}}
+
+        hit()
+        assert server.active_connections == 0 or _settles(server)
+    finally:
+        runner.run(server.close())
+        runner.stop()
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+    assert "status" in asked
+
+
+def _settles(server: ControlServer, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.active_connections == 0:
+            return True
+        time.sleep(0.01)
+    return False

@@ -15,6 +15,19 @@ from ralph_supervisor.evidence.errors import (
     error_lines_in_chunk,
     error_set,
 )
+from hypothesis import example
+
+from ralph_supervisor.evidence.errors import MAX_ERROR_LINE
+from ralph_supervisor.evidence.errors import is_error_line
+from ralph_supervisor.evidence.replies import classify_line
+from ralph_supervisor.evidence.replies import parse_status_block
+from ralph_supervisor.evidence.replies import strip_status_block
+
+from tests.helpers.fuzzing import AGENT_OUTPUTS
+from tests.helpers.fuzzing import CHEAP
+from tests.helpers.fuzzing import EVENT
+from tests.helpers.fuzzing import REPLY_JSON
+from tests.helpers.fuzzing import mutated_agent_output
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agent"
 
@@ -254,3 +267,31 @@ def test_chunk_scan_equals_line_by_line(lines: list[str]) -> None:
     assert error_lines_in_chunk(data) == expected
 
 
+@CHEAP
+@given(line=st.text(max_size=200) | REPLY_JSON.map(json.dumps) | EVENT.map(json.dumps) | mutated_agent_output())
+@example(line='{"is_error": true, "error": "Error: x"}')
+@example(line='{"a": "' + "Exception " * 50_000 + '"}')
+@example(line='{"error": "Fatal\\nFatal\\nFatal"}')
+@example(line='{"x": "' + "\\u" + '"}')
+def test_error_lines_never_raise_and_are_single_bounded_lines(line: str) -> None:
+    found = error_lines(line)
+    assert isinstance(found, list)
+    for item in found:
+        assert isinstance(item, str) and "\n" not in item and len(item) <= MAX_ERROR_LINE
+    assert is_error_line(line) == bool(found)
+    assert classify_line(line) in (None, "usage-limit", "blocked")
+    fields = parse_status_block(line)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
+    assert isinstance(strip_status_block(line), str)
+
+
+@CHEAP
+@given(chunk=st.binary(max_size=400) | AGENT_OUTPUTS.map(lambda t: t.encode("utf-8", "surrogatepass")))
+@example(chunk=b'{"is_error" :  true}\r\nError: x\n\xff\xfeFATAL')
+@example(chunk=b"\n" * 1000 + b"Exception")
+def test_error_lines_in_a_chunk_never_raise_and_match_the_line_by_line_filter(chunk: bytes) -> None:
+    found = error_lines_in_chunk(chunk)
+    assert all(isinstance(item, str) and "\n" not in item and len(item) <= MAX_ERROR_LINE for item in found)
+    if b"\\u" not in chunk:  # the one documented difference: \u-escaped ASCII letters inside JSON strings
+        expected = [e for raw in chunk.split(b"\n") for e in error_lines(raw.decode("utf-8", "replace"))]
+        assert found == expected

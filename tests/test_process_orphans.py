@@ -22,6 +22,20 @@ from ralph_supervisor.process.linux import ProcStat, read_stat
 from ralph_supervisor.process.orphans import MAX_RECORDED, MARKER_VAR, MemberRecord, new_marker, sweep_orphans
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.tree import Member, member_of
+from collections.abc import Iterator
+import contextlib
+import uuid
+
+from hypothesis import example
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ralph_supervisor.process.linux import boot_id
+
+from tests.helpers.fuzzing import JSON_SCALARS
+from tests.helpers.fuzzing import budget
+from tests.helpers.fuzzing import fresh
+from tests.helpers.fuzzing import json_values
 
 
 def _gone(stat: ProcStat) -> bool:
@@ -201,3 +215,107 @@ def test_after_supervisor_death_the_child_dies_and_the_sweep_kills_the_recorded_
     assert swept >= len(survivors)
     assert all(_gone(s) for s in rest if s is not None)
     supervisor.stdout.close()
+
+
+def _pid_max() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 4_194_304
+
+
+@contextlib.contextmanager
+def bystander(extra_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A real process of ours that no sweep may touch; killed and reaped afterwards."""
+    proc = subprocess.Popen(["sleep", "600"], env={**os.environ, **(extra_env or {})})
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _still_alive(proc: subprocess.Popen[bytes], start_ticks: int) -> bool:
+    now = read_stat(proc.pid)
+    return proc.poll() is None and now is not None and now.start_ticks == start_ticks and now.alive
+
+
+def test_an_orphan_record_of_garbage_or_strangers_kills_nothing(here: Path) -> None:
+    """Garbage, PIDs that cannot exist, and a live process of ours recorded with the wrong start time."""
+    pid_max = _pid_max()
+    with bystander() as proc:
+        stat = read_stat(proc.pid)
+        assert stat is not None
+        me = read_stat(os.getpid())
+        assert me is not None
+        # Only PIDs that cannot exist, the bystander (wrong start time), ourselves and init (both
+        # protected): a random small PID could name a stranger's live process.
+        strangers = st.integers(pid_max, 2**31 - 1) | st.integers(-(2**31), -1) | st.just(proc.pid)
+        wrong_ticks = st.integers(-5, 2**63).filter(lambda t: t != stat.start_ticks)
+        well_formed = st.fixed_dictionaries({"pid": strangers, "start_ticks": wrong_ticks, "name": st.text(max_size=5)}) \
+            | st.just({"pid": os.getpid(), "start_ticks": me.start_ticks, "name": "pytest"}) \
+            | st.just({"pid": 1, "start_ticks": 0, "name": "init"})
+        members = st.lists(
+            well_formed
+            | st.fixed_dictionaries({
+                "pid": strangers | st.none() | st.booleans() | st.floats() | st.text(max_size=4),
+                "start_ticks": (wrong_ticks | JSON_SCALARS).filter(lambda t: t != stat.start_ticks),
+            })
+            | st.just({"pid": proc.pid})  # no start_ticks: KeyError, set aside
+            | JSON_SCALARS | st.lists(st.integers(pid_max, 2**31 - 1), max_size=2),
+            max_size=6,
+        )
+        # A record as a supervisor of this boot writes it: every example reaches the scan of live processes.
+        ours = st.fixed_dictionaries(
+            {"version": st.just(1), "boot_id": st.just(boot_id()), "members": st.lists(well_formed, max_size=8),
+             "marker": st.none() | st.builds(lambda t: f"{MARKER_VAR}={t}", st.text("0123456789abcdef", min_size=8))},
+        ).map(lambda d: json.dumps(d).encode())
+        record = st.fixed_dictionaries(
+            {"version": st.just(1) | JSON_SCALARS, "boot_id": st.just(boot_id()) | JSON_SCALARS, "members": members},
+            optional={
+                # a fresh tree marker nobody carries, or no marker; any other NAME=value could name a
+                # stranger's environment (see the xfail test below), so garbage markers hold no "="
+                "marker": st.none() | st.builds(lambda t: f"{MARKER_VAR}={t}", st.text("0123456789abcdef", min_size=8,
+                                                                                      max_size=16))
+                | JSON_SCALARS.filter(lambda v: not (isinstance(v, str) and "=" in v)),
+                "supervisor_pid": JSON_SCALARS,
+            },
+        ).map(lambda d: json.dumps(d).encode())
+        documents = ours | record | st.binary(max_size=200) | json_values().map(lambda v: json.dumps(v).encode())
+
+        @budget(60)
+        @given(raw=documents)
+        @example(raw=b"")
+        @example(raw=b'{"version": 1, "members": "abc"}')
+        @example(raw=b'{"version": 1, "members": [{"pid": true, "start_ticks": 1}]}')
+        @example(raw=json.dumps({"version": 1, "boot_id": boot_id(),
+                                 "members": [{"pid": proc.pid, "start_ticks": stat.start_ticks + 1}]}).encode())
+        def sweep(raw: bytes) -> None:
+            path = fresh(here, "tree.json")
+            path.write_bytes(raw)
+            found = sweep_orphans(path, grace=0.2)
+            assert found == 0
+            assert not path.exists()  # swept (removed) or moved aside, never left to be read again
+            assert _still_alive(proc, stat.start_ticks)
+
+        sweep()
+        assert _still_alive(proc, stat.start_ticks)
+
+
+def test_a_deeply_nested_orphan_record_is_set_aside(here: Path) -> None:
+    path = fresh(here, "tree.json")
+    path.write_bytes(b"[" * 100_000)
+    assert sweep_orphans(path, grace=0.1) == 0
+    assert not path.exists()
+
+
+def test_a_record_whose_marker_is_not_the_tree_marker_kills_nothing(here: Path) -> None:
+    token = uuid.uuid4().hex
+    with bystander({"RALPH_FUZZ_BYSTANDER": token}) as proc:
+        stat = read_stat(proc.pid)
+        assert stat is not None
+        path = fresh(here, "tree.json")
+        path.write_text(json.dumps({"version": 1, "boot_id": boot_id(), "members": [],
+                                    "marker": f"RALPH_FUZZ_BYSTANDER={token}"}))
+        sweep_orphans(path, grace=0.2)
+        assert _still_alive(proc, stat.start_ticks)

@@ -30,6 +30,15 @@ from rich.console import Console
 
 from ralph_supervisor import watch
 from ralph_supervisor.control import ControlServer
+from hypothesis import example
+
+from ralph_supervisor.files import state_json
+
+from tests.helpers.fuzzing import CHEAP
+from tests.helpers.fuzzing import JSONL_LINES
+from tests.helpers.fuzzing import STATE_FILE_BYTES
+from tests.helpers.fuzzing import fresh
+from tests.helpers.fuzzing import one_line
 
 NOW = time.time()
 
@@ -550,3 +559,25 @@ def test_tmux_script_usage_errors_are_one_line_and_exit_1(tmux_env: Any, args: l
     done = subprocess.run([str(TMUX_SCRIPT), "-L", name, *args], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert message in done.stderr and done.stderr.count("\n") == 1
+
+
+@CHEAP
+@given(lines=JSONL_LINES)
+@example(lines=[b"[" * 50_000, b"{}"])
+@example(lines=[b"\xff", b"   ", b"null"])
+def test_watch_reads_any_jsonl_and_counts_what_it_cannot(lines: list[bytes]) -> None:
+    records, bad = watch.parse_json_lines(lines)
+    assert all(isinstance(r, dict) for r in records)
+    assert len(records) + bad == sum(1 for line in lines if line.strip())
+
+
+@CHEAP
+@given(raw=STATE_FILE_BYTES)
+@example(raw=b"[" * 50_000)
+def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> None:
+    path = fresh(here, state_json.NAME)
+    path.write_bytes(raw)
+    value, note = watch.read_state(path)
+    assert (value is None) != (note is None)
+    assert value is None or isinstance(value, dict)
+    assert note is None or one_line(note)

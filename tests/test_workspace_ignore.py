@@ -10,6 +10,11 @@ from hypothesis import strategies as st
 
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, IgnoreRules, load_ignore_rules, relative_inside
 from ralph_supervisor.evidence.workspace import ABSENT, GitRefs, count_commits, file_state, parse_packed_refs
+from hypothesis import example
+
+from tests.helpers.fuzzing import CHEAP
+from tests.helpers.fuzzing import budget
+from tests.helpers.fuzzing import empty
 
 segment = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8).filter(
     lambda s: s not in {".", ".."} and s not in BUILTIN_IGNORED_NAMES
@@ -157,3 +162,48 @@ def test_file_state_distinguishes_content_absence_links_and_never_opens_a_fifo(t
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert file_state(fifo) not in (ABSENT, file_state(a))  # returns at once: no open() on a FIFO
+
+
+PATH_PART = st.text("abcxyz._-", min_size=1, max_size=6).filter(lambda p: p not in (".", ".."))
+
+
+WORKSPACE_PATHS = st.lists(PATH_PART, min_size=1, max_size=4).map("/".join)
+
+
+PLAIN_PATTERN = st.one_of(
+    PATH_PART,
+    PATH_PART.map(lambda p: p + "/"),
+    PATH_PART.map(lambda p: "*" + p),
+    PATH_PART.map(lambda p: p + "?"),
+    PATH_PART.map(lambda p: "!" + p),
+    PATH_PART.map(lambda p: "**/" + p),
+    PATH_PART.map(lambda p: "/" + p),
+    st.just("# a comment"),
+    st.just(""),
+)
+
+
+@CHEAP
+@given(patterns=st.lists(PLAIN_PATTERN, max_size=8), paths=st.lists(WORKSPACE_PATHS, min_size=1, max_size=5),
+       is_dir=st.booleans())
+def test_gitignore_rules_from_plain_patterns_decide_every_path(
+    patterns: list[str], paths: list[str], is_dir: bool
+) -> None:
+    rules = IgnoreRules().with_gitignore("", "\n".join(patterns) + "\n")
+    for path in paths:
+        assert rules.is_ignored(path, is_dir=is_dir) in (True, False)
+    names = [p for p in patterns if p and p[0] not in "#!*/" and not p.endswith(("/", "?"))]
+    if names and not any(p.startswith("!") for p in patterns):
+        assert rules.is_ignored(names[-1], is_dir=is_dir)  # a plain name ignores that name
+
+
+@budget(40)
+@given(text=st.lists(st.text("!*?[]-\\/az# ", max_size=6), max_size=5).map("\n".join))
+@example(text="node_modules\n!\n")
+@example(text="[z-a]")
+@example(text="\\")
+def test_any_gitignore_text_gives_rules_never_an_error(here: Path, text: str) -> None:
+    rules = IgnoreRules().with_gitignore("sub", text)
+    assert rules.is_ignored("sub/a/b", is_dir=False) in (True, False)
+    (empty(here) / ".gitignore").write_text(text, encoding="utf-8")
+    assert load_ignore_rules(here, state_dir=None).is_ignored("a", is_dir=False) in (True, False)
