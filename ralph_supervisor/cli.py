@@ -1,7 +1,7 @@
 """Command line: parse arguments, build Settings, dispatch subcommands, map outcomes to exit codes.
 
 `ralph-supervise [run] [OPTIONS] -- COMMAND` is the default command. Every usage or configuration
-error is exit 1 with one line on stderr naming the flag, variable or file (CONTRACT section 4),
+error is exit 1 with one line on stderr naming the flag, variable or file (docs/reference.md),
 before anything is spawned.
 """
 
@@ -124,7 +124,7 @@ def _simple_parser(name: str, extra: Sequence[tuple[str, str]] = ()) -> argparse
 
 
 def cmd_status(argv: Sequence[str]) -> int:
-    args = _simple_parser("status", [("--json", "machine-readable (CONTRACT section 3)"),
+    args = _simple_parser("status", [("--json", "machine-readable (the keys are in docs/reference.md)"),
                                      ("--tmux", "one short line for a tmux status bar")]).parse_args(argv)
     from ralph_supervisor import status
 

@@ -3,7 +3,7 @@
 Pure: it renders values handed to it (the decision, the last reports, the history lines, a summary of the
 settings, the time as text) and never reads a file or a clock, so it is tested with plain values.
 
-It states the residual ONCE, as goal-circuit-breaker asks (REFERENCE section 4): **actionable** work (code
+It states the residual ONCE, as goal-circuit-breaker asks: **actionable** work (code
 errors, failing tests: another attempt may fix them) or **blocked** work (credentials, permissions, quota or
 billing, a decision only a human can take: retrying only burns tokens).
 """

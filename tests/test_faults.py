@@ -425,7 +425,7 @@ PATHOLOGICAL = [
 @pytest.mark.parametrize(("name", "content"), PATHOLOGICAL)
 def test_a_pathological_state_folder_file_never_stops_the_supervisor_from_starting(
         tmp_path: Path, runs: list[Run], name: str, content: bytes) -> None:
-    """CONTRACT 2: the supervisor never refuses to start because of its own old files."""
+    """The supervisor never refuses to start because of its own old files."""
     workspace = tmp_path / "work"
     state_dir = workspace / ".ralph-supervise"
     state_dir.mkdir(parents=True)

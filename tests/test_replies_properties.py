@@ -30,7 +30,7 @@ def assert_agent_output(text: str, timed_out: bool) -> None:
     assert out.mode in ("json", "stream-json", "text")
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in out.status.items())
     assert out.permission_denials >= 0
-    # The verdicts are exclusive the way CONTRACT section 5 defines them.
+    # The verdicts are exclusive: a usage limit is neither a failure nor blocked.
     assert not (out.usage_limited and (out.failed or out.blocked))
     assert not out.blocked or out.failed
     if out.failed or out.usage_limited:

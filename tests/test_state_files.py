@@ -106,7 +106,7 @@ def supervisor_settings(state_dir: Path) -> Settings:
 @example(raw=b'{"breaker": {"state": "OPEN", "trigger": "stall"}}')
 @example(raw=b'{"breaker": 5}')
 def test_the_supervisor_starts_from_any_state_json(here: Path, raw: bytes) -> None:
-    """CONTRACT section 2: a corrupt state.json is moved aside with a warning; the supervisor never refuses to start."""
+    """A corrupt state.json is moved aside with a warning; the supervisor never refuses to start."""
     state_dir = empty(here)
     path = state_dir / state_json.NAME
     path.write_bytes(raw)

@@ -1,7 +1,7 @@
 """Cutting the run into iterations, and gathering each iteration's evidence.
 
 An iteration is one agent call: by default the life of a descendant process whose name is one of
-`--iteration-process` (CONTRACT section 5 says how a name matches), or, with `--iteration-marker`,
+`--iteration-process` (`agent_name_matches` says how a name matches), or, with `--iteration-marker`,
 the stretch of output from one matching line to the next. The tracker collects what the output
 analysis finds for the call in progress and, when the call ends, hands back its `CallEvidence`;
 the supervisor adds the workspace delta and builds the `IterationReport`.

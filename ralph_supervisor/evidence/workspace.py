@@ -2,7 +2,7 @@
 
 Ralph's breaker measured progress with `git diff` against HEAD, so a file left dirty counted again in
 every later loop, new untracked files and commits with a clean tree never counted, and a folder that is
-not a git repository never showed progress (REFERENCE section 2, flaw 4). Here progress is what changed
+not a git repository never showed progress (their issues #141 and #340). Here progress is what changed
 *during* the iteration: inotify events on the workspace, judged by content (a BLAKE2b hash per file we
 have seen), and git refs compared before and after.
 
@@ -856,7 +856,7 @@ class Workspace:
 
     def _poll_loop(self) -> None:
         """Scan every `poll_interval`, but rest at least twice as long as a scan takes, so a huge tree
-        costs at most about a third of one core (REFERENCE 5: polling a big tree is expensive)."""
+        costs at most about a third of one core (polling a big tree is expensive)."""
         pause = self.poll_interval
         while not self._poll_stop.wait(pause):
             began = time.monotonic()
