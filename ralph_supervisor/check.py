@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from ralph_supervisor.ledger import (
     MAX_SAFE_INTEGER,
     BreakerConfig,
-    Decision,
+    Verdict,
     DailyState,
     LedgerError,
     PruneConfig,
@@ -258,7 +258,7 @@ def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:
         os.close(dir_fd)
 
 
-def run_on_exceed(command: str, decision: Decision) -> None:
+def run_on_exceed(command: str, decision: Verdict) -> None:
     """Pipe the decision as one compact JSON line to CMD's stdin; its exit code is not ours."""
     import subprocess
 

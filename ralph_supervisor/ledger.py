@@ -87,7 +87,9 @@ class PruneConfig:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Verdict:
+    """What `check` decides about a ledger, as loop-context prints it (not the breaker's `Decision`)."""
+
     iterations: int
     tokens_used: int
     should_continue: bool
@@ -261,13 +263,13 @@ def _similar_run(run: tuple[Attempt, ...], threshold: float, key: Any) -> int:
     return count
 
 
-def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Decision:
+def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Verdict:
     """loop-context's checkCircuitBreaker: the first rule that fires wins, most actionable first."""
     iterations = len(ledger.attempts)
     tokens = ledger.tokens_used
 
-    def escalate(trigger: str, reason: str) -> Decision:
-        return Decision(iterations, tokens, False, True, trigger, reason)
+    def escalate(trigger: str, reason: str) -> Verdict:
+        return Verdict(iterations, tokens, False, True, trigger, reason)
 
     fail_run = trailing_failures(ledger.attempts)
     if fail_run and len(fail_run) >= config.stagnation:
@@ -299,7 +301,7 @@ def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> De
         )
     if iterations >= config.max_iterations:
         return escalate("max-iterations", f"Iteration cap reached ({iterations} ≥ {config.max_iterations}). Escalating.")
-    return Decision(iterations, tokens, True, False, "ok", "Within limits — cleared to continue.")
+    return Verdict(iterations, tokens, True, False, "ok", "Within limits — cleared to continue.")
 
 
 # ── output ─────────────────────────────────────────────────────────
@@ -328,7 +330,7 @@ def to_json(value: Any, indent: int | None = 2) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", _js_string(text))
 
 
-def human_line(decision: Decision) -> str:
+def human_line(decision: Verdict) -> str:
     word = "ESCALATE" if decision.escalate else "CONTINUE"
     return printable(f"{word} [{decision.trigger}] — {decision.reason}")
 
@@ -463,12 +465,12 @@ def record_daily_spend(state: DailyState | None, ledger: Ledger, today: str) -> 
     return DailyState(today, state.tokens_used_today + added, counted), added
 
 
-def apply_daily_budget(decision: Decision, spent_today: int, cap: int, pattern: str | None) -> Decision:
+def apply_daily_budget(decision: Verdict, spent_today: int, cap: int, pattern: str | None) -> Verdict:
     """Escalate on the daily cap, but only when no per-run rule already did (loop-context's order)."""
     if decision.escalate or spent_today < cap:
         return decision
     what = f'Daily token spend for pattern "{pattern}"' if pattern else "Daily token spend"
-    return Decision(
+    return Verdict(
         decision.iterations,
         decision.tokens_used,
         False,
