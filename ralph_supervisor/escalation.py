@@ -18,32 +18,13 @@ from typing import Literal
 
 from ralph_supervisor.breaker import Decision, State
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.residual import CODE_ERROR, HUMAN_NEEDED, needs_a_human
 from ralph_supervisor.text import one_line
 from ralph_supervisor.triggers import FINAL
 
 EVIDENCE_ROWS = 10
 PATTERN_ROWS = 10
 TRIED_ROWS = 12
-
-_HUMAN_NEEDED = re.compile(
-    r"invalid api key|api[ _-]?key|/login|please (?:run|log ?in)|not logged in|unauthori[sz]ed|authenticat"
-    r"|credential|\b401\b|\b403\b|forbidden|permission denied|not permitted|access denied|credit balance"
-    r"|billing|payment required|\bquota\b|subscription|secret|token (?:is )?(?:missing|expired|invalid)"
-    r"|approval|approve|sign[- ]?off|needs? (?:a )?(?:human|decision|review)|waiting (?:for|on)"
-    r"|blocked on|blocked by|please decide|(?:a|your|human) decision",
-    re.IGNORECASE,
-)
-"""Words that say only a person can clear what is left."""
-
-_CODE_ERROR = re.compile(
-    r"error TS\d+|SyntaxError|TypeError|NameError|ImportError|ModuleNotFoundError|AttributeError"
-    r"|ReferenceError|compil|undefined reference|cannot find (?:module|symbol)|\bFAILED\b|tests? failed"
-    r"|failing tests?|AssertionError|assert|Traceback|Exception|panicked|segmentation fault|lint"
-    r"|build failed|\berror\[E\d+\]",
-    re.IGNORECASE,
-)
-"""Words that say the residual is code the agent may fix with another attempt."""
-
 
 @dataclass(frozen=True)
 class Residual:
@@ -95,14 +76,14 @@ def classify_residual(decision: Decision, reports: Sequence[IterationReport]) ->
         if status.get("STATUS", "").strip().upper() == "BLOCKED":
             blockers.append(f"iteration {report.number} reported STATUS: BLOCKED ({status_line(report)})")
     if decision.trigger == "paraphrase":
-        human = [r for r in recent if r.reply and _HUMAN_NEEDED.search(r.reply)]
+        human = [r for r in recent if r.reply and HUMAN_NEEDED.search(r.reply)]
         if human:
             blockers.append(
                 f"the agent restated the same blocker in {len(human)} replies: {one_line(human[-1].reply or '', 140)}"
             )
     if not blockers:
         for report in recent:
-            hits = [line for line in report.error_lines if _HUMAN_NEEDED.search(line) and not _CODE_ERROR.search(line)]
+            hits = [line for line in report.error_lines if needs_a_human(line)]
             if hits:
                 blockers.append(f"iteration {report.number}: {one_line(hits[0])}")
     if blockers:
@@ -111,7 +92,7 @@ def classify_residual(decision: Decision, reports: Sequence[IterationReport]) ->
     code: list[str] = []
     for report in recent:
         for line in report.error_lines:
-            if _CODE_ERROR.search(line):
+            if CODE_ERROR.search(line):
                 code.append(one_line(line))
     if not code:
         code = [one_line(line) for report in recent for line in report.error_lines]

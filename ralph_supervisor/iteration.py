@@ -65,10 +65,14 @@ class IterationReport:
     cut_short: bool = False
     """The iteration was interrupted by the supervisor itself (a pause or a stop); never a trial."""
 
+    states_blocker: bool = False
+    """The reply says the agent is blocked (`STATUS: BLOCKED`, or a blocker in its words: see `residual.py`)."""
+
     @property
     def progress(self) -> bool:
-        """Progress is evidence in the workspace: a changed file or a new commit."""
-        return self.files_changed > 0 or self.commits > 0
+        """Progress is evidence in the workspace: a new commit, or files changed into a state not seen before
+        in this run (returning to an earlier state, an undo or a flip-flop, is not progress)."""
+        return self.commits > 0 or (self.files_changed > 0 and self.returned_to is None)
 
     @property
     def first_error(self) -> str:

@@ -594,3 +594,83 @@ def test_a_restored_final_open_stays_open_and_final() -> None:
     restored = Breaker.from_dict(Thresholds(max_opens=1), json.loads(json.dumps(b.to_dict())))
     assert restored.final and restored.state is State.OPEN
     assert restored.seconds_until_half_open(10**9) is None and restored.tick(10**9).action == "none"
+
+
+# -- judging what matters: net progress, failures as failures, restated blockers, dollars -------------
+
+
+def test_returning_to_an_earlier_state_is_not_progress_and_trips_at_the_threshold_from_the_first_return() -> None:
+    b = Breaker(only(no_progress=3))
+    flips = [report(1, files_changed=1), report(2, files_changed=1),        # x = 1, x = 2: new states
+             report(3, files_changed=1, returned_to=1), report(4, files_changed=1, returned_to=2),
+             report(5, files_changed=1, returned_to=1)]
+    decisions = run(b, flips)
+    assert tripped_at(decisions) == 5
+    assert decisions[-1].trigger == "no-progress"
+    assert "the workspace returned to the state it had after iteration 1" in decisions[-1].reason
+
+
+def test_a_return_to_the_runs_start_is_named_so() -> None:
+    b = Breaker(only(no_progress=1))
+    d = run(b, [report(1, files_changed=2, returned_to=0)])[0]
+    assert "returned to the state it had after the run's start" in d.reason
+
+
+def test_failed_calls_neither_count_toward_nor_reset_no_progress() -> None:
+    b = Breaker(only(no_progress=3, max_failures=0))
+    decisions = run(b, [report(1), report(2), report(3, failed=True), report(4, failed=True), report(5)])
+    assert tripped_at(decisions) == 5  # two without progress, two failures (not counted), then the third
+    b = Breaker(only(no_progress=3, max_failures=0))
+    decisions = run(b, [report(1), report(2), report(3, failed=True), report(4, files_changed=1), report(5)])
+    assert tripped_at(decisions) is None  # a success after failures is judged as usual: progress resets
+
+
+def test_a_crash_loop_is_named_by_its_error_not_as_no_progress() -> None:
+    b = Breaker(Thresholds())  # no-progress 3, max-failures 5
+    refused = dict(failed=True, error_lines=("Error: connect ECONNREFUSED 127.0.0.1:443",),
+                   error_signatures=frozenset({"Error: connect ECONNREFUSED #.#.#.#"}))
+    decisions = run(b, [report(n, **refused) for n in range(1, 6)])
+    assert tripped_at(decisions) == 5
+    assert decisions[-1].trigger == "same-error"  # the same error five times comes first by precedence
+    assert "ECONNREFUSED" in decisions[-1].reason and "no file changed" not in decisions[-1].reason
+
+
+def test_a_restated_blocker_trips_paraphrase_even_while_a_file_churns() -> None:
+    b = Breaker(only(paraphrase=0.82))
+    wordings = ["I am still blocked on the missing database migration for the users table.",
+                "Still blocked: the users table database migration is missing.",
+                "Blocked on the missing migration for the users table in the database."]
+    decisions = run(b, [report(n + 1, files_changed=1, reply=text, states_blocker=True)
+                        for n, text in enumerate(wordings)])
+    assert tripped_at(decisions) == 3 and decisions[-1].trigger == "paraphrase"
+    assert "restate the same blocker" in decisions[-1].reason
+
+
+def test_done_all_tests_pass_three_times_with_progress_is_not_a_stall() -> None:
+    b = Breaker(only(paraphrase=0.82))
+    decisions = run(b, [report(n, files_changed=1, reply="Done, all tests pass.") for n in (1, 2, 3)])
+    assert tripped_at(decisions) is None
+
+
+def test_the_cost_budget_is_final_and_counts_each_call_once() -> None:
+    b = Breaker(only(cost_budget=0.05))
+    decisions = run(b, [report(n, files_changed=1, cost_usd=0.02) for n in (1, 2, 3)])
+    assert tripped_at(decisions) == 3
+    assert decisions[-1].trigger == "cost-budget" and decisions[-1].final
+    assert "$0.0600 >= $0.0500" in decisions[-1].reason
+    assert b.status()["cost_usd"] == pytest.approx(0.06)
+
+
+def test_the_daily_cost_budget_is_judged_from_the_days_total() -> None:
+    b = Breaker(only(daily_cost_budget=1.0))
+    b.iteration_started(1, 0.0)
+    assert b.observe(report(1, files_changed=1, cost_usd=0.1), 1.0, daily_cost_today=0.95).action == "none"
+    b.iteration_started(2, 2.0)
+    d = b.observe(report(2, files_changed=1, cost_usd=0.1), 3.0, daily_cost_today=1.05)
+    assert d.trigger == "daily-cost-budget" and d.final
+
+
+def test_a_call_without_a_reported_cost_adds_nothing() -> None:
+    b = Breaker(only(cost_budget=0.05))
+    assert tripped_at(run(b, [report(n, files_changed=1, cost_usd=None, tokens=None) for n in (1, 2, 3)])) is None
+    assert b.status()["cost_usd"] == 0.0 and b.status()["tokens_used"] == 0

@@ -6,23 +6,29 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ralph_supervisor.breaker import COOLDOWN_CAP, Breaker, Decision, State, Thresholds, is_neutral
-from ralph_supervisor.triggers import TRIGGERS
+from ralph_supervisor.breaker import (
+    COOLDOWN_CAP,
+    Breaker,
+    Decision,
+    Snapshot,
+    State,
+    Thresholds,
+    is_neutral,
+)
 from ralph_supervisor.iteration import IterationReport
-from hypothesis import example
-import pytest
-
-from ralph_supervisor.breaker import Snapshot
-
-from tests.helpers.fuzzing import CHEAP
-from tests.helpers.fuzzing import SNAPSHOTS
-from tests.helpers.fuzzing import SNAPSHOT_KEYS
-from tests.helpers.fuzzing import STATE_DOCS
-from tests.helpers.fuzzing import budget
-from tests.helpers.fuzzing import one_line
+from ralph_supervisor.triggers import TRIGGERS
+from tests.helpers.fuzzing import (
+    CHEAP,
+    SNAPSHOT_KEYS,
+    SNAPSHOTS,
+    STATE_DOCS,
+    budget,
+    one_line,
+)
 
 ERRORS = ["Error: Failed to compile main.ts", "FAILED tests/test_auth.py::test_login", "Fatal: out of memory"]
 REPLIES = [
@@ -322,3 +328,21 @@ def test_a_breaker_snapshot_round_trips_through_state_json(snap: Snapshot) -> No
 def test_a_huge_integer_in_a_time_field_is_a_value_error_naming_it(field: str, digits: int) -> None:
     with pytest.raises(ValueError, match=field):
         Breaker.from_dict(Thresholds(), json.loads('{"' + field + '": 1' + "0" * digits + "}"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 10**6)), st.one_of(st.none(), st.floats(0, 5)),
+                          st.booleans()), max_size=12))
+def test_budgets_count_each_call_once_however_often_the_state_is_saved_and_reloaded(
+    calls: list[tuple[int | None, float | None, bool]]
+) -> None:
+    t = Thresholds(no_progress=0, same_error=0, output_decline=0, max_failures=0, stall_s=0, paraphrase=0)
+    breaker = Breaker(t)
+    for number, (tokens, cost, reload) in enumerate(calls, start=1):
+        breaker.iteration_started(number, float(number))
+        breaker.observe(IterationReport(number=number, started_at=number, ended_at=number + 0.5, files_changed=1,
+                                        tokens=tokens, cost_usd=cost), number + 0.5)
+        if reload:  # saved to state.json and read back by the next supervisor on the folder
+            breaker = Breaker(t, Snapshot.from_dict(json.loads(json.dumps(breaker.to_dict()))))
+    assert breaker.status()["tokens_used"] == sum(tokens or 0 for tokens, _, _ in calls)
+    assert breaker.snapshot().cost_used == pytest.approx(sum(cost or 0.0 for _, cost, _ in calls), abs=1e-5)

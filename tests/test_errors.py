@@ -7,27 +7,28 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ralph_supervisor.evidence.errors import (
+    MAX_ERROR_LINE,
     error_lines,
     error_lines_in_chunk,
     error_set,
+    is_error_line,
 )
-from hypothesis import example
-
-from ralph_supervisor.evidence.errors import MAX_ERROR_LINE
-from ralph_supervisor.evidence.errors import is_error_line
-from ralph_supervisor.evidence.replies import classify_line
-from ralph_supervisor.evidence.replies import parse_status_block
-from ralph_supervisor.evidence.replies import strip_status_block
-
-from tests.helpers.fuzzing import AGENT_OUTPUTS
-from tests.helpers.fuzzing import CHEAP
-from tests.helpers.fuzzing import EVENT
-from tests.helpers.fuzzing import REPLY_JSON
-from tests.helpers.fuzzing import mutated_agent_output
+from ralph_supervisor.evidence.replies import (
+    classify_line,
+    parse_status_block,
+    strip_status_block,
+)
+from tests.helpers.fuzzing import (
+    AGENT_OUTPUTS,
+    CHEAP,
+    EVENT,
+    REPLY_JSON,
+    mutated_agent_output,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agent"
 

@@ -15,14 +15,16 @@ across a supervisor restart. A wall-clock jump shortens or lengthens a cooldown 
 
 Choices the contract leaves open (each one is tested):
 - Neutral iterations (`usage_limited` or `cut_short`) feed no evidence rule and change no counter or
-  window; they are never a trial. Their tokens still count toward `tokens_used` (tokens are spent).
-- The caps `max-iterations`, `token-budget` and `daily-budget` are judged on every observed iteration,
+  window; they are never a trial. Their tokens and cost still count (they were spent).
+- The caps (`max-iterations`, `token-budget`, `cost-budget`, `daily-budget`, `daily-cost-budget`) are judged on every observed iteration,
   neutral or not, and are final like `blocked`: waiting for a cooldown cannot lower a cap, so a trial would
   only re-open until the last allowed open while spending past the cap. A human raises the cap or resets.
 - A completed iteration (`EXIT_SIGNAL: true`) without progress leaves the no-progress counter unchanged
   and is not judged for output decline: a finishing agent that has nothing left to change is not stuck.
-- `paraphrase` is judged only on an iteration without progress: a loop that changes files while it
-  restates itself is working ("Done, all tests pass" three times in a row is not a stall).
+- `paraphrase` is judged on an iteration without progress, or when every restatement is of a blocker:
+  a loop that changes files while it restates its work is working ("Done, all tests pass" three times in
+  a row is not a stall), one that churns a file while it restates a blocker is not.
+- A failed call neither counts toward nor resets `no-progress`: `consecutive-failures` judges it.
 - `output-decline` ignores failed calls (neither judged nor counted in the window): a failed call's short error
   output is not a decline of the agent's work, and failures have their own rule.
 - A threshold of 0 (or less) turns its rule off; `max_opens` 0 means no open is final by count.
@@ -30,7 +32,7 @@ Choices the contract leaves open (each one is tested):
   stays paused until `resume` (which starts a trial) or `reset`.
 - A trial that re-opens with no rule firing keeps the trigger it was trying to cure, and says so.
 - `reset()` clears the judgement (state, counters, windows, opens, cooldown) but keeps the accounting
-  (`iteration`, `tokens_used`): a reset must not silently lift a budget.
+  (`iteration`, `tokens_used`, `cost_used`): a reset must not silently lift a budget.
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ class Breaker:
             "consecutive_failures": s.consecutive_failures,
             "total_opens": s.total_opens,
             "tokens_used": s.tokens_used,
+            "cost_usd": round(s.cost_used, 6),
         }
 
     def seconds_until_half_open(self, now: float) -> float | None:
@@ -183,15 +186,20 @@ class Breaker:
                 return self._open(
                     "token-budget", f"token budget reached ({s.tokens_used} >= {t.token_budget})", now
                 )
+            if t.cost_budget > 0 and s.cost_used >= t.cost_budget:
+                return self._open("cost-budget", f"cost budget reached ({rules.dollars(s.cost_used)} >= "
+                                                 f"{rules.dollars(t.cost_budget)})", now)
         return self._none()
 
-    def observe(self, report: IterationReport, now: float, daily_tokens_today: int = 0) -> Decision:
-        """Judge one finished iteration. `daily_tokens_today` is the supervisor's count of tokens spent
-        this UTC day across runs, this iteration included (it counts each iteration once)."""
+    def observe(self, report: IterationReport, now: float, daily_tokens_today: int = 0,
+                daily_cost_today: float = 0.0) -> Decision:
+        """Judge one finished iteration. `daily_tokens_today` and `daily_cost_today` are the supervisor's count
+        of what was spent this UTC day across runs, this iteration included (it counts each call once)."""
         s = self._s
         self._s = s = replace(
             s,
             tokens_used=s.tokens_used + max(0, report.tokens or 0),
+            cost_used=s.cost_used + max(0.0, report.cost_usd or 0.0),
             iteration=max(s.iteration, report.number),
         )
         if s.state is State.OPEN:
@@ -199,7 +207,7 @@ class Breaker:
         if s.state is State.HALF_OPEN and report.number <= s.trial_after:
             return self._none()  # the call that was cut off by the open, finishing late: not the trial
 
-        cap = rules.caps(s, report, self.thresholds, daily_tokens_today)
+        cap = rules.caps(s, report, self.thresholds, daily_tokens_today, daily_cost_today)
         if is_neutral(report):
             if cap is not None:
                 return self._reopen(cap.trigger, cap.reason, now) if s.state is State.HALF_OPEN else self._open(cap.trigger, cap.reason, now)
@@ -301,6 +309,7 @@ class Breaker:
         self._s = Snapshot(
             iteration=s.iteration,
             tokens_used=s.tokens_used,
+            cost_used=s.cost_used,
             cooldown_s=self.thresholds.cooldown_s,
             reason="reset by hand",
         )
@@ -407,6 +416,7 @@ class Breaker:
             trial_started_at=None,
             recent_error_sets=(),
             recent_reply_words=(),
+            recent_reply_blockers=(),
             recent_output_bytes=(),
         )
         return self._decision("close", s.trigger, text, s.state)

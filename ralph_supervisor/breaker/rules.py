@@ -40,6 +40,8 @@ class Thresholds:
     max_iterations: int = 0
     token_budget: int = 0
     daily_token_budget: int = 0
+    cost_budget: float = 0.0
+    daily_cost_budget: float = 0.0
     cooldown_s: float = 1800.0
     max_opens: int = 3
     trial_timeout_s: float | None = None
@@ -82,6 +84,8 @@ def is_neutral(report: IterationReport) -> bool:
 
 def progress_detail(report: IterationReport) -> str:
     if not report.progress:
+        if report.returned_to is not None:
+            return returned_detail(report.returned_to)
         return "no file changed, no commit"
     parts = []
     if report.files_changed:
@@ -89,6 +93,11 @@ def progress_detail(report: IterationReport) -> str:
     if report.commits:
         parts.append(plural(report.commits, "commit"))
     return ", ".join(parts)
+
+
+def returned_detail(iteration: int) -> str:
+    where = "the run's start" if iteration == 0 else f"iteration {iteration}"
+    return f"the workspace returned to the state it had after {where}"
 
 
 # -- one function per rule --------------------------------------------------------------------------
@@ -135,34 +144,46 @@ def same_error(
 
 
 def no_progress(count: int, report: IterationReport, t: Thresholds) -> tuple[int, Fired | None]:
-    """Iterations in a row without progress. A completed iteration (EXIT_SIGNAL: true) without progress is
-    neither progress nor a stuck one: a finishing agent that has nothing left to change is not stuck."""
+    """Iterations in a row without progress.
+
+    A failed call neither counts nor resets the run: `consecutive-failures` judges it and names its error,
+    so a loop whose calls all fail is reported as failing, not as "no file changed" (and a success after
+    failures is judged as usual). A completed iteration (EXIT_SIGNAL: true) without progress is neither
+    progress nor a stuck one: a finishing agent that has nothing left to change is not stuck."""
     if report.progress:
         return 0, None
-    if report.completed:
+    if report.failed or report.completed:
         return count, None
     count += 1
     if t.no_progress <= 0 or count < t.no_progress:
         return count, None
     return count, Fired("no-progress", f"no progress in {count} iterations in a row (threshold {t.no_progress}): "
-                                       "no file changed, no commit")
+                                       f"{progress_detail(report)}")
 
 
 def paraphrase(
-    window: tuple[frozenset[str], ...], report: IterationReport, t: Thresholds
-) -> tuple[tuple[frozenset[str], ...], Fired | None]:
-    """The last replies restate the same thing. Failed calls and calls without a reply are not replies;
-    judged only on an iteration without progress (a loop that changes files while it restates is working)."""
+    window: tuple[frozenset[str], ...], blockers: tuple[bool, ...], report: IterationReport, t: Thresholds
+) -> tuple[tuple[frozenset[str], ...], tuple[bool, ...], Fired | None]:
+    """The last replies restate the same thing (`window` holds their word sets, `blockers` whether each
+    stated a blocker). Failed calls and calls without a reply are not replies. Judged on an iteration without
+    progress, or, whatever the files do, when every restatement is of a blocker: accounting for a blocker is
+    progress, re-describing it is not ("Done, all tests pass" three times with progress is not a stall)."""
     if report.failed or report.reply is None:
-        return window, None
+        return window, blockers, None
     window = (window + (word_set(report.reply),))[-PARAPHRASE_WINDOW:]
-    if t.paraphrase <= 0 or len(window) < PARAPHRASE_WINDOW or report.progress:
-        return window, None
+    blockers = (blockers + (report.states_blocker,))[-PARAPHRASE_WINDOW:]
+    restating_a_blocker = len(blockers) == PARAPHRASE_WINDOW and all(blockers)
+    if t.paraphrase <= 0 or len(window) < PARAPHRASE_WINDOW or (report.progress and not restating_a_blocker):
+        return window, blockers, None
     score = mean_pairwise_jaccard(list(window))
     if score < t.paraphrase:
-        return window, None
-    return window, Fired("paraphrase", f"the last {PARAPHRASE_WINDOW} replies restate the same thing "
-                                       f"(mean word-set Jaccard {score:.2f} >= {t.paraphrase:g})")
+        return window, blockers, None
+    if restating_a_blocker:
+        return window, blockers, Fired(
+            "paraphrase", f"the last {PARAPHRASE_WINDOW} replies restate the same blocker (mean word-set Jaccard "
+                          f"{score:.2f} >= {t.paraphrase:g}): {one_line(report.reply, 140)}")
+    return window, blockers, Fired("paraphrase", f"the last {PARAPHRASE_WINDOW} replies restate the same thing "
+                                                 f"(mean word-set Jaccard {score:.2f} >= {t.paraphrase:g})")
 
 
 def output_decline(
@@ -185,14 +206,24 @@ def output_decline(
     return (window + (max(0, report.output_bytes),))[-OUTPUT_WINDOW:], fired
 
 
-def caps(s: Snapshot, report: IterationReport, t: Thresholds, daily_tokens_today: int) -> Fired | None:
-    """The first limit reached, in precedence order (tokens, daily tokens, iterations). `s` already counts
-    this report's tokens."""
+def dollars(value: float) -> str:
+    return f"${value:,.2f}" if value >= 0.1 or value == 0 else f"${value:.4f}"
+
+
+def caps(s: Snapshot, report: IterationReport, t: Thresholds, daily_tokens_today: int,
+         daily_cost_today: float = 0.0) -> Fired | None:
+    """The first limit reached, in precedence order (tokens, dollars, daily tokens, daily dollars,
+    iterations). `s` already counts this report's tokens and cost."""
     if t.token_budget > 0 and s.tokens_used >= t.token_budget:
         return Fired("token-budget", f"token budget reached ({s.tokens_used} >= {t.token_budget})")
+    if t.cost_budget > 0 and s.cost_used >= t.cost_budget:
+        return Fired("cost-budget", f"cost budget reached ({dollars(s.cost_used)} >= {dollars(t.cost_budget)})")
     if t.daily_token_budget > 0 and daily_tokens_today >= t.daily_token_budget:
         return Fired("daily-budget",
                      f"daily token budget reached ({daily_tokens_today} tokens today >= {t.daily_token_budget})")
+    if t.daily_cost_budget > 0 and daily_cost_today >= t.daily_cost_budget:
+        return Fired("daily-cost-budget", f"daily cost budget reached ({dollars(daily_cost_today)} today >= "
+                                          f"{dollars(t.daily_cost_budget)})")
     if t.max_iterations > 0 and report.number >= t.max_iterations:
         return Fired("max-iterations", f"iteration cap reached ({report.number} >= {t.max_iterations})")
     return None
@@ -213,7 +244,7 @@ def judge(s: Snapshot, report: IterationReport, t: Thresholds) -> tuple[Snapshot
     failures, failed = consecutive_failures(s.consecutive_failures, report, t)
     errors, same, repeated = same_error(s.recent_error_sets, report, t)
     stuck, idle = no_progress(s.consecutive_no_progress, report, t)
-    replies, restated = paraphrase(s.recent_reply_words, report, t)
+    replies, blockers, restated = paraphrase(s.recent_reply_words, s.recent_reply_blockers, report, t)
     outputs, declined = output_decline(s.recent_output_bytes, report, t)
     fired += [failed, repeated, idle, restated, declined]
     judged = replace(
@@ -223,6 +254,7 @@ def judge(s: Snapshot, report: IterationReport, t: Thresholds) -> tuple[Snapshot
         consecutive_no_progress=stuck,
         recent_error_sets=errors,
         recent_reply_words=replies,
+        recent_reply_blockers=blockers,
         recent_output_bytes=outputs,
     )
     return judged, sorted((f for f in fired if f is not None), key=lambda f: rank(f.trigger))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -43,6 +43,8 @@ class Snapshot:
     total_opens: int = 0
     cooldown_s: float = 0.0
     tokens_used: int = 0
+    cost_used: float = 0.0
+    """Dollars the agent reported in this run."""
     final: bool = False
     changed_at: float | None = None
     """When the state last changed (same clock as `now`): silence before it does not count as a stall."""
@@ -52,6 +54,8 @@ class Snapshot:
     trial_started_at: float | None = None
     recent_error_sets: tuple[frozenset[str], ...] = ()
     recent_reply_words: tuple[frozenset[str], ...] = ()
+    recent_reply_blockers: tuple[bool, ...] = ()
+    """Beside `recent_reply_words`: whether each of those replies stated a blocker."""
     recent_output_bytes: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +71,7 @@ class Snapshot:
             "total_opens": self.total_opens,
             "cooldown_s": self.cooldown_s,
             "tokens_used": self.tokens_used,
+            "cost_used": round(self.cost_used, 6),
             "final": self.final,
             "changed_at": self.changed_at,
             "trial_after": self.trial_after,
@@ -74,6 +79,7 @@ class Snapshot:
             "trial_started_at": self.trial_started_at,
             "recent_error_sets": [sorted(s) for s in self.recent_error_sets],
             "recent_reply_words": [sorted(s) for s in self.recent_reply_words],
+            "recent_reply_blockers": list(self.recent_reply_blockers),
             "recent_output_bytes": list(self.recent_output_bytes),
         }
 
@@ -110,6 +116,7 @@ class Snapshot:
             total_opens=_int_field(d, "total_opens"),
             cooldown_s=_float_field(d, "cooldown_s"),
             tokens_used=_int_field(d, "tokens_used"),
+            cost_used=_float_field(d, "cost_used"),
             final=_bool_field(d, "final"),
             changed_at=_opt_float_field(d, "changed_at"),
             trial_after=_int_field(d, "trial_after"),
@@ -117,8 +124,13 @@ class Snapshot:
             trial_started_at=_opt_float_field(d, "trial_started_at"),
             recent_error_sets=_sets_field(d, "recent_error_sets"),
             recent_reply_words=_sets_field(d, "recent_reply_words"),
+            recent_reply_blockers=_bools_field(d, "recent_reply_blockers"),
             recent_output_bytes=_ints_field(d, "recent_output_bytes"),
         )
+        blockers = snap.recent_reply_blockers
+        if len(blockers) != len(snap.recent_reply_words):  # an older file, or a mismatch: unknown is "no"
+            blockers = (blockers + (False,) * len(snap.recent_reply_words))[: len(snap.recent_reply_words)]
+            snap = replace(snap, recent_reply_blockers=blockers)
         if snap.state is State.OPEN and snap.opened_at is None:
             raise ValueError("breaker state field 'opened_at' is missing but the state is OPEN")
         return snap
@@ -207,3 +219,11 @@ def _ints_field(d: Mapping[str, Any], name: str) -> tuple[int, ...]:
         raise _bad(name, "a list of non-negative integers", value)
     return tuple(value)
 
+
+def _bools_field(d: Mapping[str, Any], name: str) -> tuple[bool, ...]:
+    value = d.get(name, [])
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, bool) for item in value):
+        raise _bad(name, "a list of true or false", value)
+    return tuple(value)

@@ -186,8 +186,10 @@ AGENT_OUTPUTS = (
 
 
 SNAPSHOT_KEYS = ["state", "trigger", "reason", "iteration", "consecutive_no_progress", "consecutive_same_error",
-                 "consecutive_failures", "opened_at", "total_opens", "cooldown_s", "tokens_used", "final", "changed_at",
+                 "consecutive_failures", "opened_at", "total_opens", "cooldown_s", "tokens_used", "cost_used", "final",
+                 "changed_at",
                  "trial_after", "trial_iteration", "trial_started_at", "recent_error_sets", "recent_reply_words",
+                 "recent_reply_blockers",
                  "recent_output_bytes"]
 
 
@@ -215,8 +217,12 @@ STATE_DOCS = (
 FINITE = st.floats(0, 1e12)
 
 
+_REPLIES = st.lists(st.tuples(st.frozensets(st.text(max_size=8), max_size=3), st.booleans()), max_size=3)
+
 SNAPSHOTS = st.builds(
-    Snapshot,
+    lambda replies, **fields: Snapshot(recent_reply_words=tuple(w for w, _ in replies),
+                                       recent_reply_blockers=tuple(b for _, b in replies), **fields),
+    replies=_REPLIES,
     state=st.sampled_from(list(State)),
     trigger=st.sampled_from(TRIGGERS),
     reason=st.text(max_size=30),
@@ -228,13 +234,13 @@ SNAPSHOTS = st.builds(
     total_opens=st.integers(0, 100),
     cooldown_s=FINITE,
     tokens_used=st.integers(0, 2**50),
+    cost_used=st.floats(0, 1e6).map(lambda v: round(v, 6)),
     final=st.booleans(),
     changed_at=st.none() | FINITE,
     trial_after=st.integers(0, 10**6),
     trial_iteration=st.none() | st.integers(0, 10**6),
     trial_started_at=st.none() | st.floats(-1e9, 1e12),
     recent_error_sets=st.lists(st.frozensets(st.text(max_size=8), max_size=3), max_size=3).map(tuple),
-    recent_reply_words=st.lists(st.frozensets(st.text(max_size=8), max_size=3), max_size=3).map(tuple),
     recent_output_bytes=st.lists(st.integers(0, 10**9), max_size=3).map(tuple),
 )
 
