@@ -61,8 +61,12 @@ class Metrics:
                               registry=r)
         self._started = Gauge("ralph_supervise_iteration_started_timestamp_seconds",
                               "Unix time the current iteration started (0 before the first).", ws, registry=r)
+        self._cost = Counter("ralph_supervise_cost_usd", "Dollars the agent reported spending.", ws, registry=r)
+        self._limit = Gauge("ralph_supervise_limit_wait_until_timestamp_seconds",
+                            "While the tree is frozen for a usage limit: until when (Unix time); else 0.", ws,
+                            registry=r)
         for metric in (self._iterations, self._state, self._output, self._files, self._tree, self._tokens,
-                       self._stops, self._survivors, self._running, self._started):
+                       self._stops, self._survivors, self._running, self._started, self._cost, self._limit):
             metric.labels(workspace)  # present (as 0) from the first scrape
         for trigger in KNOWN_TRIGGERS:
             self._opens.labels(workspace, trigger)
@@ -83,6 +87,13 @@ class Metrics:
         self._files.labels(ws).inc(max(0, files_changed))
         self._output.labels(ws).inc(max(0, output_bytes))
         self._tokens.labels(ws).inc(max(0, tokens))
+
+    def add_cost(self, usd: float) -> None:
+        if usd > 0:
+            self._cost.labels(self.workspace).inc(usd)
+
+    def limit_wait(self, until: float | None) -> None:
+        self._limit.labels(self.workspace).set(until or 0)
 
     def add_output_bytes(self, n: int) -> None:
         if n > 0:

@@ -36,12 +36,13 @@ __all__ = [
     "desktop_session_present",
     "format_text",
     "notice_for_child_exit",
+    "notice_for_limit_wait",
     "notice_for_transition",
     "validate_webhook_url",
     "webhook_body",
 ]
 
-NoticeKind = Literal["open", "close", "final", "child_exited", "half_open"]
+NoticeKind = Literal["open", "close", "final", "child_exited", "half_open", "limit_wait"]
 
 _TAIL_BYTES = 4096
 
@@ -97,6 +98,14 @@ def notice_for_transition(
                       f"{reason} ({where})" if reason else f"Back to normal ({where})",
                       workspace, to_state, trigger, iteration)
     return None
+
+
+def notice_for_limit_wait(*, until: str, reason: str, workspace: str, iteration: int) -> Notice:
+    """A usage limit: the tree is frozen until the limit resets (one notice per wait, not per call)."""
+    name = _project_name(workspace)
+    return Notice("limit_wait", f"ralph {name}: usage limit, waiting until {until}",
+                  f"{reason}. The tree is frozen until then; `ralph-supervise resume` ends the wait now "
+                  f"(iteration {iteration}).", workspace, "CLOSED", "none", iteration)
 
 
 def notice_for_child_exit(

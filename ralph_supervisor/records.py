@@ -31,10 +31,11 @@ class Warnings:
     def __init__(self) -> None:
         self._said: set[str] = set()
 
-    def once(self, event: str, **fields: Any) -> None:
-        if event not in self._said:
-            self._said.add(event)
-            log.warning(event, **fields)
+    def once(self, key: str, *, event_name: str | None = None, **fields: Any) -> None:
+        """Warn about `key` the first time only (the event is named `key` unless `event_name` says)."""
+        if key not in self._said:
+            self._said.add(key)
+            log.warning(event_name or key, **fields)
 
 
 class Records:

@@ -6,6 +6,7 @@ With a supervisor running, the live answer comes over its control socket; withou
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from ralph_supervisor.files import history_jsonl, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
 
 STATUS_KEYS = ("state", "trigger", "reason", "iteration", "consecutive_no_progress", "consecutive_same_error",
-               "consecutive_failures", "total_opens", "tokens_used")
+               "consecutive_failures", "total_opens", "tokens_used", "cost_usd", "limit_until", "final")
 
 
 def _from_state_file(state_dir: Path) -> tuple[dict[str, Any], str | None]:
@@ -43,6 +44,7 @@ def collect(state_dir: Path) -> dict[str, Any]:
         except (NoSupervisor, ControlError):
             pass
     data, warning = _from_state_file(state_dir)
+    data["limit_until"] = None  # a wait lasts only while a supervisor freezes the tree
     data["supervisor"] = {"pid": pid, "running": pid is not None}
     data["child"] = None
     if warning:
@@ -50,13 +52,25 @@ def collect(state_dir: Path) -> dict[str, Any]:
     return data
 
 
+def local_clock(iso: str) -> str:
+    """`HH:MM` in the local time zone for an ISO-8601 UTC time (the text itself when it is not one)."""
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone().strftime("%H:%M")
+    except (ValueError, AttributeError):
+        return str(iso)
+
+
 def tmux_line(status: dict[str, Any]) -> str:
-    """One short line for tmux's status bar, e.g. `ralph: OPEN(no-progress) it9 paused`."""
+    """One short line for tmux's status bar, e.g. `ralph: OPEN(no-progress) it9 paused` or
+    `ralph: LIMIT until 15:28 it7`."""
     state = status.get("state", "CLOSED")
     label = state if state == "CLOSED" or status.get("trigger") in (None, "none") else f"{state}({status['trigger']})"
+    limit = status.get("limit_until")
+    if limit:
+        label = f"LIMIT until {local_clock(limit)}"
     parts = [f"ralph: {label}", f"it{status.get('iteration', 0)}"]
     child = status.get("child")
-    if isinstance(child, dict) and child.get("paused"):
+    if isinstance(child, dict) and child.get("paused") and not limit:
         parts.append("paused")
     if not (status.get("supervisor") or {}).get("running"):
         parts.append("(not running)")
@@ -75,6 +89,10 @@ def human(status: dict[str, Any]) -> str:
     lines.append(f"Failed calls:   {status.get('consecutive_failures', 0)} in a row")
     lines.append(f"Total opens:    {status.get('total_opens', 0)}")
     lines.append(f"Tokens used:    {status.get('tokens_used', 0)}")
+    lines.append(f"Cost:           ${status.get('cost_usd', 0.0) or 0.0:.4f}")
+    if status.get("limit_until"):
+        lines.append(f"Usage limit:    waiting until {local_clock(status['limit_until'])} "
+                     f"({status['limit_until']}); `ralph-supervise resume` ends the wait now")
     sup = status.get("supervisor") or {}
     lines.append("Supervisor:     " + (f"running (pid {sup.get('pid')})" if sup.get("running") else "not running"))
     child = status.get("child")

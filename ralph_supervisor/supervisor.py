@@ -45,6 +45,7 @@ from ralph_supervisor.decisions import EXIT_FOR_GOOD, EXIT_STOP_REQUEST, Plan, p
 from ralph_supervisor.escalation import render_escalation
 from ralph_supervisor.evidence.analysis import OutputAnalysis
 from ralph_supervisor.evidence.errors import error_set
+from ralph_supervisor.evidence.fingerprint import Returns
 from ralph_supervisor.evidence.iterations import CallEvidence, IterationTracker, OutputResult, build_report, is_agent_call
 from ralph_supervisor.evidence.silence import SilenceMeter
 from ralph_supervisor.evidence.tail import Tailer
@@ -54,10 +55,11 @@ from ralph_supervisor.files import child_log, events_jsonl, ledger_json, state_j
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor.hooks import HookRunner
+from ralph_supervisor.limit_wait import LimitWait, Wait
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.logging import configure_logging
 from ralph_supervisor.memory import release_free_memory, tune_allocator
-from ralph_supervisor.notify import Notifier, notice_for_child_exit, notice_for_transition
+from ralph_supervisor.notify import Notifier, notice_for_child_exit, notice_for_limit_wait, notice_for_transition
 from ralph_supervisor.process.linux import CLOCK_TICKS, ProcStat, set_child_subreaper
 from ralph_supervisor.process.orphans import MemberRecord, new_marker, record_path, sweep_orphans
 from ralph_supervisor.process.reaper import Reaper
@@ -159,6 +161,11 @@ class Supervisor:
                              tag=lambda: self.tracker.tag)
         self.tailer = Tailer(settings.workspace, settings.tail_globs(), self._tailed)
         self.silence = SilenceMeter(time.time())
+        self.returns = Returns()
+        """The state the workspace ended each iteration in: a return to one is not progress."""
+        self.limits = LimitWait(settings.limit_wait_margin)
+        self.limit_until: float | None = None
+        """While the tree is frozen for a usage limit: until when (epoch seconds)."""
         self.workspace = Workspace(settings.workspace, state_dir=self.state_dir, ignore=settings.ignore,
                                    on_change=self._file_changed_threadsafe)
         self._ws_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-workspace")
@@ -432,22 +439,70 @@ class Supervisor:
         """A finished iteration: log it, keep it, judge it."""
         self.reports.append(report)
         tokens = report.tokens or 0
+        self._say_what_cannot_be_judged(report)
         spend = self.records.spend(tokens, report.cost_usd or 0.0, now)
         outcome = ledger_json.outcome_of(report)
         log.info("iteration_finished", iteration=report.number, files_changed=report.files_changed,
                  commits=report.commits, output_bytes=report.output_bytes, errors=len(report.error_signatures),
                  tokens=tokens, outcome=outcome, failed=report.failed, usage_limited=report.usage_limited,
-                 blocked=report.blocked, cut_short=report.cut_short,
+                 blocked=report.blocked, cut_short=report.cut_short, cost_usd=report.cost_usd,
+                 returned_to=report.returned_to, agent=report.agent or None,
                  duration_s=round(report.ended_at - report.started_at, 3))
         self.metrics.iteration_finished(files_changed=report.files_changed, output_bytes=0, tokens=tokens)
+        self.metrics.add_cost(report.cost_usd or 0.0)
         self.records.attempt(report)
         if report.number % TRIM_EVERY == 0:
             release_free_memory()
-        decision = self.breaker.observe(report, now, daily_tokens_today=spend.tokens)
+        decision = self.breaker.observe(report, now, daily_tokens_today=spend.tokens,
+                                        daily_cost_today=spend.cost_usd)
         if decision.changed:
             await self.apply(decision)
         else:
             self.records.save(self.breaker.snapshot())
+        wait = self.limits.observe(limited=report.usage_limited, resets_at=report.limit_resets_at, now=now)
+        if wait is not None:
+            await self._begin_limit_wait(wait, report.number)
+
+    def _say_what_cannot_be_judged(self, report: IterationReport) -> None:
+        """A budget on something the call's agent does not report is said once, never guessed."""
+        agent = report.agent or "this agent"
+        if report.cost_usd is None and (self.settings.cost_budget or self.settings.daily_cost_budget):
+            self.warnings.once(f"cost_unknown:{agent}", event_name="cost_unknown", agent=agent,
+                               detail=f"{agent} reports no cost: its calls add nothing to the dollar budgets")
+        if report.tokens is None and (self.settings.token_budget or self.settings.daily_token_budget):
+            self.warnings.once(f"tokens_unknown:{agent}", event_name="tokens_unknown", agent=agent,
+                               detail=f"{agent} reports no tokens: its calls add nothing to the token budgets")
+
+    # ------------------------------------------------------------------ usage-limit waits
+
+    async def _begin_limit_wait(self, wait: Wait, iteration: int) -> None:
+        """Freeze the tree until the limit resets (the breaker stays CLOSED; no rule counts it)."""
+        if wait.ignored_reset is not None:
+            self.warnings.once("limit_reset_ignored", reset=store.iso_utc(wait.ignored_reset),
+                               detail="a reset time in the past or more than 7 days ahead is not believed")
+        async with self.actions.lock:
+            if self._exiting() or self.child is None or self.breaker.state is not State.CLOSED or self.actions.paused:
+                return
+            await self.actions.pause(iteration)
+            self.limit_until = wait.until
+            log.info("limit_wait_started", until=store.iso_utc(wait.until), known_reset=wait.known_reset,
+                     reason=wait.reason, iteration=iteration)
+            self.metrics.limit_wait(wait.until)
+            self.sd.status(self._sd_status())
+            self.notifier.send(notice_for_limit_wait(until=store.iso_utc(wait.until), reason=wait.reason,
+                                                     workspace=str(self.settings.workspace), iteration=iteration))
+
+    async def _end_limit_wait(self, why: str) -> None:
+        """Thaw the tree frozen for a usage limit (its time is up, or `resume`). Call with the lock held."""
+        if self.limit_until is None:
+            return
+        self.limit_until = None
+        self.metrics.limit_wait(None)
+        log.info("limit_wait_ended", why=why, iteration=self.tracker.number)
+        if self.actions.paused and self.breaker.state is State.CLOSED:
+            self.silence.restart(time.time())
+            await self.actions.resume(self.tracker.number)
+        self.sd.status(self._sd_status())
 
     # ------------------------------------------------------------------ control socket
 
@@ -459,8 +514,14 @@ class Supervisor:
         if cmd not in ("pause", "resume", "reset", "stop"):
             raise ControlError(f"unknown command {cmd!r}")
         async with self.actions.lock:
+            if self.limit_until is not None:
+                if cmd in ("resume", "reset"):
+                    await self._end_limit_wait(f"{cmd} by request")
+                else:  # a pause (or stop) by hand takes over from the wait: no thaw when the limit resets
+                    self.limit_until = None
+                    self.metrics.limit_wait(None)
             if cmd == "pause":
-                if self.actions.paused:
+                if self.actions.paused and self.breaker.state is State.OPEN:
                     return {"message": "the tree is already paused", **self.status()}
                 await self._apply(self.breaker.manual_open("paused by request (ralph-supervise pause)", now),
                                   plan_for_request(cmd), record=True)
@@ -482,6 +543,7 @@ class Supervisor:
             data[key] = snapshot.get(key)
         members = self.tree.sample()
         child = self.child
+        data["limit_until"] = None if self.limit_until is None else store.iso_utc(self.limit_until)
         data["supervisor"] = {"pid": os.getpid(), "running": True}
         data["child"] = None if child is None else {
             "pid": child.pid, "running": True, "paused": self.actions.paused, "processes": len(members)}
@@ -566,6 +628,9 @@ class Supervisor:
         self._record_members(stats)
         if self.tracker.marker is None and not stopping:
             await self._track_agent_calls(stats, now)
+        if self.limit_until is not None and now >= self.limit_until:
+            async with self.actions.lock:
+                await self._end_limit_wait("the limit has reset")
         decision = self.breaker.tick(now, silent_since=self._silent_since(stats, now))
         if decision.changed:
             await self.apply(decision)
@@ -678,8 +743,10 @@ class Supervisor:
             delta_future = self._ws_pool.submit(self.workspace.end_iteration)
         delta = await asyncio.wrap_future(delta_future)
         agent = parse_agent_output(call.output_text()) if call.text else None
+        returned_to = self.returns.record(call.number, delta.fingerprint)
         report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
-                              commits=delta.commits, agent=agent, signatures=error_set(call.error_lines))
+                              commits=delta.commits, agent=agent, signatures=error_set(call.error_lines),
+                              returned_to=returned_to)
         self.tracker.release(call.number)
         await self._observe(report, ended)
 

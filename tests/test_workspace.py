@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -278,7 +279,7 @@ def test_non_git_folder_works(tmp_path: Path, watch: Callable[..., Workspace]) -
     (root / "src").mkdir(parents=True)
     ws = watch(root)
     delta = iteration(ws, lambda: (root / "src" / "main.c").write_text("int main(){}\n"))
-    assert delta == WorkspaceDelta(files_changed=1, paths=("src/main.c",), commits=0, head_before="", head_after="")
+    assert replace(delta, fingerprint=0) == WorkspaceDelta(files_changed=1, paths=("src/main.c",), commits=0, head_before="", head_after="")
 
 
 # ------------------------------------------------------------------------------ ignored
@@ -560,4 +561,23 @@ def test_a_failing_on_change_callback_does_not_stop_the_watcher(tmp_path: Path, 
 
 def test_missing_workspace_folder_does_not_crash(tmp_path: Path, watch: Callable[..., Workspace]) -> None:
     ws = watch(tmp_path / "does-not-exist")
-    assert iteration(ws, lambda: None) == WorkspaceDelta(0, (), 0, "", "")
+    assert replace(iteration(ws, lambda: None), fingerprint=0) == WorkspaceDelta(0, (), 0, "", "")
+
+
+def test_the_fingerprint_names_the_state_so_a_flip_flop_returns_to_it(tmp_path: Path, watch: Callable[..., Workspace]) -> None:
+    root = tmp_path / "plain"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("x = 0\n")
+    time.sleep(0.15)  # older than the priming margin, so its first content is known (hashed at start)
+    ws = watch(root)
+    ws.wait_primed(10)
+    start = iteration(ws, lambda: None).fingerprint
+    one = iteration(ws, lambda: (root / "src" / "a.py").write_text("x = 1\n"))
+    two = iteration(ws, lambda: (root / "src" / "a.py").write_text("x = 2\n"))
+    back = iteration(ws, lambda: (root / "src" / "a.py").write_text("x = 1\n"))
+    assert len({start, one.fingerprint, two.fingerprint}) == 3
+    assert back.files_changed == 1 and back.fingerprint == one.fingerprint
+    created = iteration(ws, lambda: (root / "new.txt").write_text("n"))
+    removed = iteration(ws, lambda: (root / "new.txt").unlink())
+    assert created.fingerprint != back.fingerprint and removed.fingerprint == back.fingerprint
+    assert iteration(ws, lambda: (root / "src" / "a.py").write_text("x = 0\n")).fingerprint == start

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.residual import states_blocker
 
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
 NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "--help", "-h"})
@@ -228,6 +229,7 @@ def build_report(
     signatures: frozenset[str],
     timed_out: bool = False,
     exit_status: int | None = None,
+    returned_to: int | None = None,
 ) -> IterationReport:
     """Combine a call's evidence, its workspace delta and its parsed agent output into the report."""
     reply = getattr(agent, "reply", None)
@@ -235,6 +237,9 @@ def build_report(
     usage_limited = bool(getattr(agent, "usage_limited", False))
     if usage_limited:
         failed = False
+    status = dict(getattr(agent, "status", {}) or {})
+    tokens = getattr(agent, "tokens", 0)
+    cost = getattr(agent, "cost_usd", None)
     return IterationReport(
         number=call.number,
         started_at=call.started_wall,
@@ -246,15 +251,20 @@ def build_report(
         error_signatures=signatures,
         error_lines=tuple(call.error_lines[:20]),
         reply=None if failed else reply,
-        tokens=int(getattr(agent, "tokens", 0) or 0),
+        tokens=None if tokens is None else int(tokens),
+        cost_usd=None if cost is None else float(cost),
+        agent=str(getattr(agent, "agent", "") or ""),
         exit_status=exit_status,
         failed=failed,
         timed_out=timed_out,
         usage_limited=usage_limited,
+        limit_resets_at=getattr(agent, "limit_resets_at", None) if usage_limited else None,
+        returned_to=returned_to if files_changed else None,
         blocked=bool(getattr(agent, "blocked", False)),
         blocked_reason=str(getattr(agent, "blocked_reason", "") or ""),
         completed=bool(getattr(agent, "exit_signal", False)),
-        status=dict(getattr(agent, "status", {}) or {}),
+        status=status,
         session_id=str(getattr(agent, "session_id", "") or ""),
         cut_short=call.cut_short,
+        states_blocker=not failed and states_blocker(reply, status),
     )

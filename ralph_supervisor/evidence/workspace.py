@@ -47,6 +47,7 @@ from typing import Literal
 
 import structlog
 
+from ralph_supervisor.evidence.fingerprint import Fingerprint
 from ralph_supervisor.evidence.ignore import VENV_MARKER, IgnoreRules, load_ignore_rules, read_text
 
 log = structlog.get_logger(__name__)
@@ -114,6 +115,8 @@ class WorkspaceDelta:
     head_after: str
     events_lost: bool = False
     """The kernel dropped events (inotify queue overflow): `files_changed` is a lower bound."""
+    fingerprint: int = 0
+    """The whole workspace's state at the iteration's end (see `fingerprint.py`; 0 is the run's start)."""
 
 
 # --------------------------------------------------------------------------------------------- git
@@ -340,6 +343,7 @@ class Workspace:
         self._stale: set[str] = set()
         self._changes: deque[float] = deque(maxlen=CHANGE_HISTORY)
         self._events_lost = False
+        self._fingerprint = Fingerprint()
         self._refs_before = GitRefs()
         self._started = False
         self._stopped = False
@@ -465,6 +469,7 @@ class Workspace:
                 head_before=self._refs_before.head,
                 head_after=refs.head,
                 events_lost=self._events_lost,
+                fingerprint=self._fingerprint.value,
             )
         return delta
 
@@ -493,6 +498,7 @@ class Workspace:
                 self._touched[path] = prev
             if prev is not None and prev == state:
                 return
+            self._fingerprint.change(path, prev, state)
             self._known[path] = state
             if state == ABSENT:
                 self._absent.add(path)

@@ -1,0 +1,91 @@
+"""End to end, judging what matters: a flip-flopping workspace, a crash loop named by its error, a blocker
+restated while a file churns. Each is a real loop calling a small sh agent through PATH, under the real
+supervisor with `--on-open stop`, so every run ends by itself and its files are read afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.supervise import events, history, run
+
+pytestmark = pytest.mark.slow
+
+FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--on-open", "stop", "--notify-desktop", "false")
+
+RESULT = ('{"type":"result","subtype":"success","is_error":false,"result":"%s","session_id":"s",'
+          '"total_cost_usd":0.01,"usage":{"input_tokens":10,"output_tokens":5}}')
+
+
+def agent_loop(tmp_path: Path, agent_body: str, calls: int = 12) -> tuple[Path, list[str]]:
+    """A workspace with `bin/claude` (sh, the body given) and a loop calling it `calls` times."""
+    workspace = tmp_path / "work"
+    (workspace / "src").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text("#!/bin/sh\nsleep 0.6\n" + agent_body)  # seen by the tree sampler before it acts
+    claude.chmod(claude.stat().st_mode | stat.S_IXUSR)
+    loop = ["bash", "-c", f'export PATH="{bin_dir}:$PATH"; for n in $(seq {calls}); do '
+                          f'N=$n claude -p go --output-format json; sleep 0.05; done']
+    return workspace, loop
+
+
+def supervise(workspace: Path, loop: list[str], *args: str) -> tuple[int, Path]:
+    done = run(workspace, *FAST, *args, "--", *loop, timeout=90)
+    return done.returncode, workspace / ".ralph-supervise"
+
+
+def test_an_agent_that_flips_a_file_between_two_states_trips_no_progress_from_the_first_return(tmp_path: Path) -> None:
+    workspace, loop = agent_loop(tmp_path, (
+        'if [ $((N % 2)) -eq 1 ]; then echo "x = 1" > src/a.py; else echo "x = 2" > src/a.py; fi\n'
+        'sleep 0.05\n'
+        f"printf '{RESULT}\\n' \"Rewrote src/a.py, attempt number $N of the refactoring\"\n"))
+    code, state_dir = supervise(workspace, loop, "--no-progress", "3", "--paraphrase", "0")
+    assert code == 2
+    finished = events(state_dir, "iteration_finished")
+    assert [e["files_changed"] for e in finished[:5]] == [1, 1, 1, 1, 1]  # every call changed the file
+    assert [e.get("returned_to") for e in finished[:5]] == [None, None, 1, 2, 1]
+    opened = history(state_dir)[-1]
+    assert opened["trigger"] == "no-progress" and opened["iteration"] == 5
+    assert "the workspace returned to the state it had after iteration 1" in opened["reason"]
+    assert "returned to the state it had after iteration 1" in (state_dir / "escalation.md").read_text()
+
+
+def test_a_crash_loop_is_caught_at_the_threshold_and_named_by_its_error(tmp_path: Path) -> None:
+    workspace, loop = agent_loop(tmp_path, "echo 'Error: connect ECONNREFUSED 127.0.0.1:443' >&2\nexit 1\n")
+    code, state_dir = supervise(workspace, loop)
+    assert code == 2
+    opened = history(state_dir)[-1]
+    assert opened["iteration"] == 5 and opened["trigger"] in ("same-error", "consecutive-failures")
+    assert "ECONNREFUSED" in opened["reason"] and "no file changed" not in opened["reason"]
+    escalation = (state_dir / "escalation.md").read_text()
+    assert "ECONNREFUSED" in escalation
+    assert all(e["failed"] for e in events(state_dir, "iteration_finished"))
+
+
+def test_a_blocker_restated_while_a_scratch_file_churns_trips_paraphrase(tmp_path: Path) -> None:
+    replies = ["I am still blocked on the missing database migration for the users table.",
+               "Still blocked: the database migration for the users table is missing.",
+               "Blocked on the missing migration of the users table in the database."]
+    cases = "\n".join(f"  {n}) reply='{text}' ;;" for n, text in enumerate(replies, start=1))
+    workspace, loop = agent_loop(tmp_path, (
+        'echo "scratch $N $(date +%s%N)" > notes.txt\n'
+        f'case $(( (N - 1) % 3 + 1 )) in\n{cases}\nesac\n'
+        f"printf '%s\\n' \"$(printf '{RESULT}' \"$reply\")\"\n"))
+    code, state_dir = supervise(workspace, loop, "--no-progress", "5")
+    assert code == 2
+    opened = history(state_dir)[-1]
+    assert opened["trigger"] == "paraphrase" and opened["iteration"] == 3
+    assert "restate the same blocker" in opened["reason"]
+    finished = events(state_dir, "iteration_finished")
+    assert [e["files_changed"] for e in finished[:3]] == [1, 1, 1]
+    escalation = (state_dir / "escalation.md").read_text()
+    assert "blocked" in escalation.lower()
+    ledger = json.loads((state_dir / "ledger.json").read_text())
+    assert [a["outcome"] for a in ledger["attempts"][:3]] == ["success", "success", "success"]
+    assert os.path.exists(workspace / "notes.txt")
