@@ -1,5 +1,8 @@
 """structlog set-up: JSON lines to `events.jsonl` always, and one stream on stderr for humans.
 
+Under `run` the stream is the terminal's (`ralph_supervisor/terminal.py`): writing a line there only
+queues it, so a terminal that stops reading never holds up the supervisor.
+
 The last processor fans each event out to its sinks and drops it, so one event is rendered at most
 twice (JSON for the file, console or JSON for stderr) and never through the stdlib logging tree.
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -17,6 +21,9 @@ import structlog
 from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.store import iso_utc
+
+FILE_ONLY = "_file_only"
+"""An event with this key set goes to events.jsonl only (`log.info("x", **{FILE_ONLY: True})`)."""
 
 
 def _timestamp(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -33,18 +40,28 @@ def _json_default(value: Any) -> Any:
 
 
 class _Fanout:
-    """The final processor: write the event to every sink, then drop it."""
+    """The final processor: write the event to every sink, then drop it.
+
+    Events may come from several threads (the terminal's writer logs what happens to the terminal):
+    one at a time, so events.jsonl keeps whole lines and its rotation its count."""
 
     def __init__(self, events: RotatingFile | None, stream: TextIO | None, console: bool) -> None:
         self.events = events
         self.stream = stream
         self.console = structlog.dev.ConsoleRenderer(colors=console and _colors(stream)) if console else None
+        self._lock = threading.Lock()
 
     def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> Any:
+        file_only = event_dict.pop(FILE_ONLY, False)
+        with self._lock:
+            self._write(logger, name, event_dict, file_only)
+        raise structlog.DropEvent
+
+    def _write(self, logger: Any, name: str, event_dict: dict[str, Any], file_only: bool) -> None:
         line = json.dumps(event_dict, default=_json_default, ensure_ascii=False)
         if self.events is not None:
             self.events.write(line.encode("utf-8", "replace") + b"\n")
-        if self.stream is not None:
+        if self.stream is not None and not file_only:
             try:
                 if self.console is not None:
                     text = self.console(logger, name, dict(event_dict))
@@ -54,7 +71,6 @@ class _Fanout:
                 self.stream.flush()
             except (OSError, ValueError):
                 pass
-        raise structlog.DropEvent
 
 
 def _colors(stream: TextIO | None) -> bool:

@@ -68,6 +68,7 @@ from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
 from ralph_supervisor.sdnotify import SystemdNotifier, environment_for_child, status_text
 from ralph_supervisor.settings import Settings, thresholds_from
+from ralph_supervisor.terminal import Terminal
 from ralph_supervisor.tree_actions import TreeActions
 
 log = structlog.get_logger("ralph_supervisor")
@@ -111,8 +112,10 @@ class ChildInfo:
 class Supervisor:
     """Builds the parts, routes their events, applies decisions, shuts down. Lives on one event loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, terminal: Terminal | None = None) -> None:
         self.settings = settings
+        self.terminal = terminal or Terminal(None, None)
+        """The loop's echo and our lines on the terminal, never blocking (terminal.py); none by default."""
         self.state_dir = settings.state_dir
         self.loop = asyncio.get_running_loop()
         self.exit_code: asyncio.Future[int] = self.loop.create_future()
@@ -148,7 +151,7 @@ class Supervisor:
         self.tree = ProcessTree(os.getpid(), self.reaper, exclude=self.hooks.is_hook)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
                                    interrupting=self._mark_calls_cut_short, collect_exits=self._on_sigchld,
-                                   extend_timeout=self.sd.extend_timeout)
+                                   extend_timeout=self.sd.extend_timeout, terminal=self.terminal)
 
         # the evidence
         self.tracker = IterationTracker(settings.iteration_process, settings.iteration_marker, self.breaker.iteration)
@@ -156,8 +159,7 @@ class Supervisor:
                                        deliver=self._output_analysed)
         self.child_log = child_log.open_log(self.state_dir, settings.log_max_bytes, settings.log_total_bytes,
                                             on_error=lambda exc: log.warning("child_log_unwritable", error=str(exc)))
-        echo = settings.echo if settings.echo is not None else _isatty(1)
-        self.tap = OutputTap(self.child_log, self.analysis.queue, echo_fd=1 if echo else None,
+        self.tap = OutputTap(self.child_log, self.analysis.queue, echo=self.terminal.echo,
                              tag=lambda: self.tracker.tag)
         self.tailer = Tailer(settings.workspace, settings.tail_globs(), self._tailed)
         self.silence = SilenceMeter(time.time())
@@ -556,7 +558,8 @@ class Supervisor:
         data["tap"] = {"bytes_read": self.tap.counters.bytes_read,
                        "analysis_dropped_bytes": self.analysis.dropped_bytes,
                        "analysis_lag_bytes": self.analysis.lag_bytes,
-                       "cut_lines": self.analysis.cut_lines()}
+                       "cut_lines": self.analysis.cut_lines(),
+                       "echo_dropped_bytes": self.terminal.echo_dropped_bytes}
         return data
 
     # ------------------------------------------------------------------ output and file changes
@@ -778,13 +781,6 @@ class Supervisor:
             self.metrics.write_textfile(path)
 
 
-def _isatty(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
-
-
 def _log_task_error(task: asyncio.Task[Any]) -> None:
     if task.cancelled():
         return
@@ -793,8 +789,8 @@ def _log_task_error(task: asyncio.Task[Any]) -> None:
         log.error("supervisor_task_failed", error=repr(exc))
 
 
-async def _supervise(settings: Settings) -> int:
-    return await Supervisor(settings).run()
+async def _supervise(settings: Settings, terminal: Terminal) -> int:
+    return await Supervisor(settings, terminal).run()
 
 
 def run_supervisor(settings: Settings) -> int:
@@ -818,18 +814,20 @@ def run_supervisor(settings: Settings) -> int:
     # every os.read/os.write of the reader may wait 5 ms for a busy analysis thread to let go of it.
     sys.setswitchinterval(0.0005)
     tune_allocator()
-    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format)
+    terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
+    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr)
     code = 1
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
         (log.warning if swept else log.info)("orphans_swept", count=swept)
-        code = asyncio.run(_supervise(settings))
+        code = asyncio.run(_supervise(settings, terminal))
     except Exception as exc:  # noqa: BLE001 - one clear line, exit 1
         log.exception("supervisor_failed", error=str(exc))
         print(f"ralph-supervise: internal error: {exc}", file=sys.stderr)
         code = 1
     finally:
-        log.info("supervisor_stopped", code=code)
+        log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
+        terminal.close()
         if events is not None:
             events.close()
         lock.release()

@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from ralph_supervisor.process.tree import ProcessTree, StopResult
+
+if TYPE_CHECKING:
+    from ralph_supervisor.terminal import Terminal
 
 log = structlog.get_logger("ralph_supervisor")
 
@@ -30,7 +33,8 @@ class TreeActions:
     def __init__(self, tree: ProcessTree, *, grace: float, metrics: Any,
                  interrupting: Callable[[], None] = lambda: None,
                  collect_exits: Callable[[], None] = lambda: None,
-                 extend_timeout: Callable[[float], None] = lambda seconds: None) -> None:
+                 extend_timeout: Callable[[float], None] = lambda seconds: None,
+                 terminal: Terminal | None = None) -> None:
         self.tree = tree
         self.grace = grace
         self.lock = asyncio.Lock()
@@ -41,18 +45,24 @@ class TreeActions:
         self._interrupting = interrupting
         self._collect_exits = collect_exits
         self._extend_timeout = extend_timeout
+        self._terminal = terminal
+        """Told of every pause, resume and stop: it puts the terminal back as it found it (terminal.py)."""
 
     async def pause(self, iteration: int) -> int:
         """SIGSTOP every process (parents first, until no newcomer shows up); the number frozen."""
         self._interrupting()
         started = time.monotonic()
         count = await asyncio.to_thread(self.tree.pause)
+        if self._terminal is not None:
+            self._terminal.tree_paused()
         self.paused = True
         log.info("tree_paused", processes=count, iteration=iteration,
                  duration_ms=int((time.monotonic() - started) * 1000))
         return count
 
     async def resume(self, iteration: int) -> int:
+        if self._terminal is not None:
+            self._terminal.tree_resumed()  # the terminal as the tree had it
         count = await asyncio.to_thread(self.tree.resume)
         self.paused = False
         log.info("tree_resumed", processes=count, iteration=iteration)
@@ -80,6 +90,8 @@ class TreeActions:
         return result
 
     def record_stop(self, result: StopResult, why: str, iteration: int) -> None:
+        if self._terminal is not None:
+            self._terminal.tree_stopped()
         survivors = [m.pid for m in result.survivors]
         (log.warning if survivors else log.info)(
             "tree_stopped", reason=why, survivors=len(survivors), survivor_pids=survivors,

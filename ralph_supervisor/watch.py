@@ -30,6 +30,7 @@ from rich.text import Text
 
 from ralph_supervisor import control
 from ralph_supervisor.files import state_json
+from ralph_supervisor.terminal import Outlet
 
 log = structlog.get_logger(__name__)
 
@@ -649,28 +650,43 @@ class Watcher:
         )
 
 
-def _console() -> Console:
+def _console(file: Any = None) -> Console:
     if sys.stdout.isatty() or "COLUMNS" in os.environ:
-        return Console()
-    return Console(width=120)  # a pipe or a test: wide enough that nothing is cut
+        return Console(file=file)
+    return Console(file=file, width=120)  # a pipe or a test: wide enough that nothing is cut
 
 
 def main(workspace: Path, state_dir: Path, *, once: bool = False, interval: float = 1.0) -> int:
-    """Show the dashboard until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail."""
+    """Show the dashboard until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail.
+
+    The live view writes through a terminal outlet of its own thread (`ralph_supervisor/terminal.py`):
+    a terminal that stops reading (Ctrl-S, a pane nobody reads) only skips frames, so Ctrl-C always
+    ends the view, after at most a second spent putting the screen back."""
     watcher = Watcher(Path(workspace), Path(state_dir))
-    console = _console()
     if once:
         now = time.time()
-        console.print(render(watcher.snapshot(now), now))
+        _console().print(render(watcher.snapshot(now), now))
         return 0
     interval = max(0.1, interval)
+    outlet = Outlet(1)
+    stream = outlet.stream()
+    console = _console(stream)
     try:
         now = time.time()
         with Live(render(watcher.snapshot(now), now), console=console, screen=console.is_terminal,
                   auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
+                if not stream.drained():
+                    continue  # the terminal has not taken the last frame: no new one on top of it
                 now = time.time()
                 live.update(render(watcher.snapshot(now), now), refresh=True)
     except KeyboardInterrupt:
-        return 0
+        pass
+    finally:
+        try:
+            stream.flush()
+            outlet.close(1.0)
+        except KeyboardInterrupt:
+            pass
+    return 0

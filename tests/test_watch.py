@@ -365,6 +365,50 @@ def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp
     assert b"4321" in output  # the appended iteration showed up in a later frame
 
 
+def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Path, state_dir: Path) -> None:
+    """Ctrl-S on the view's terminal, then Ctrl-C: the view still ends, at once and with 0. (Its frames
+    once went out in blocking writes: stuck in one, the interrupted view tried to put the screen back
+    with another and never exited; that was also the flaky failure of the test above.)"""
+    code = (
+        "import sys; from pathlib import Path; from ralph_supervisor import watch; "
+        f"sys.exit(watch.main(Path({str(tmp_path)!r}), Path({str(state_dir)!r}), interval=0.05))"
+    )
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            close_fds=True)
+    os.close(slave)
+    output = bytearray()
+
+    def read_for(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    output.extend(os.read(master, 65536))
+                except OSError:
+                    return
+
+    try:
+        deadline = time.monotonic() + 20
+        while b"breaker" not in output and time.monotonic() < deadline:
+            read_for(0.1)
+        assert b"breaker" in output
+        os.write(master, b"\x13")  # Ctrl-S: the terminal takes nothing more
+        time.sleep(1.0)  # 20 frames due, the pty's buffer full: the view waits on the terminal
+        proc.send_signal(signal.SIGINT)
+        code_ = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert code_ == 0
+
+
 # --- pure parts ------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """The output tap: drain the child's pipes at full speed, keep every byte, analyse behind.
 
 Reading never waits for judging. The event loop reads each pipe in large chunks as soon as it is
-readable, appends the bytes unchanged to `child.log` (rotated under a disk budget), echoes them when
-asked, and hands them to an analysis worker thread through a queue bounded in bytes. When the
+readable, appends the bytes unchanged to `child.log` (rotated under a disk budget), hands them to the
+terminal's echo when asked (a bounded queue of its own thread: `ralph_supervisor/terminal.py`), and
+to an analysis worker thread through a queue bounded in bytes. When the
 worker falls behind by more than the bound, chunks are not analysed (and `analysis_dropped_bytes`
 says so); the child is never blocked by us.
 """
@@ -229,20 +230,22 @@ class AnalysisQueue:
 
 
 class OutputTap:
-    """Reads the child's pipes on the event loop; tees to child.log, the echo fd and the analysis queue."""
+    """Reads the child's pipes on the event loop; tees to child.log, the echo and the analysis queue.
+
+    `echo` is called with every chunk and must not block (the terminal's `Outlet.echo` queues it)."""
 
     def __init__(
         self,
         log: RotatingFile,
         queue: AnalysisQueue,
         *,
-        echo_fd: int | None = None,
+        echo: Callable[[bytes], None] | None = None,
         tag: Callable[[], int] = lambda: 0,
         on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self.log = log
         self.queue = queue
-        self.echo_fd = echo_fd
+        self.echo = echo
         self.counters = TapCounters()
         self._tag = tag
         self._on_bytes = on_bytes
@@ -283,21 +286,11 @@ class OutputTap:
         counters.chunks_read += 1
         counters.last_output_at = now
         self.log.write(data)
-        if self.echo_fd is not None:
-            self._echo(data)
+        if self.echo is not None:
+            self.echo(data)
         self.last_seq = self.queue.submit(Chunk(source, data, self._tag(), time.time()))
         if self._on_bytes is not None:
             self._on_bytes(len(data))
-
-    def _echo(self, data: bytes) -> None:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.echo_fd, view):]  # type: ignore[arg-type]
-        except BlockingIOError:
-            pass  # a stalled terminal loses echo, never blocks the child
-        except OSError:
-            self.echo_fd = None
 
     def _close(self, fd: int, source: str) -> None:
         loop = asyncio.get_running_loop()
