@@ -25,7 +25,8 @@ Usage (the supervisor):
     configure_logging(path, "auto", stream=terminal.stderr)
     tap = OutputTap(log, queue, echo=terminal.echo)
     terminal.tree_paused(); terminal.tree_resumed(); terminal.tree_stopped()
-    terminal.close()                            # waits at most CLOSE_SECONDS for a stuck terminal
+    log.info("supervisor_stopped", **terminal.settle())  # the echo's last second; what it showed and dropped
+    terminal.close()                            # our last lines: at most CLOSE_SECONDS for a stuck terminal
 
 and a full-screen view (`watch`):
 
@@ -301,6 +302,8 @@ class Outlet:
         self._lines_bytes = 0
         self._lines_dropped = 0
         self._line_offset = 0
+        self._line_begun = False
+        """The first line is being written (decorated, maybe partly out): it is never dropped."""
         self._line_in_flight = False
         self._echo: deque[_Item] = deque()
         self._echo_offset = 0
@@ -311,6 +314,7 @@ class Outlet:
         self._mid_line = False
         """The last bytes written were echo that did not end a line."""
         self._idle = False
+        self._settled = False
         self._closing = False
         self._deadline = float("inf")
         self._held = False
@@ -331,6 +335,9 @@ class Outlet:
     def echo(self, data: bytes) -> None:
         """Queue the loop's output (the tap calls this for every chunk it reads): never blocks."""
         with self._cond:
+            if self._settled:
+                self.dropped_bytes += len(data)
+                return
             gap = self._gap
             if gap is not None:
                 gap.nbytes += len(data)
@@ -356,7 +363,7 @@ class Outlet:
         with self._cond:
             self._lines.append(data)
             self._lines_bytes += len(data)
-            first = 1 if self._line_in_flight or self._line_offset else 0  # never the one being written
+            first = 1 if self._line_begun else 0  # never the one being written
             while self._lines_bytes > LINES_MAX and len(self._lines) > first + 1:
                 dropped = self._lines[first]
                 del self._lines[first]
@@ -380,27 +387,40 @@ class Outlet:
     def stream(self) -> LineStream:
         return LineStream(self)
 
-    def close(self, timeout: float = CLOSE_SECONDS) -> int:
-        """Put the screen modes back, write what is left for at most `timeout` seconds, stop the thread.
-        Returns the echo bytes that were never shown and not yet said (counted in `dropped_bytes`)."""
+    def settle(self, timeout: float = CLOSE_SECONDS) -> int:
+        """The echo is over (the tap is done): put the screen modes back, give the terminal at most
+        `timeout` seconds for the rest, and count what it did not take (one `echo_dropped` event).
+        Returns those bytes."""
+        deadline = time.monotonic() + timeout
         with self._cond:
-            if self.is_tty and not self._closing:
+            if self._settled:
+                return 0
+            self._settled = True
+            if self.is_tty:
                 self._echo.append(_STOPPED)
-            self._closing = True
-            self._deadline = time.monotonic() + timeout
             self._cond.notify()
-        self._thread.join(timeout + WAIT_SECONDS * 2)
-        with self._cond:
+            while self._echo and self._thread.is_alive() and time.monotonic() < deadline:
+                self._cond.wait(0.02)
             left = self._echo_bytes + sum(item.nbytes for item in self._echo if isinstance(item, _Gap))
-            self._echo.clear()
+            self._echo.clear()  # (the writer's piece in flight, if any, is seen to be gone in _wrote)
             self._echo_offset = self._echo_bytes = 0
             self._gap = None
             self.dropped_bytes += left
-        if not self._thread.is_alive():
-            self._sink.close()
         if left:
             self._event("echo_dropped", bytes=left, total_bytes=self.dropped_bytes, at_exit=True)
         return left
+
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """`settle`, then write our lines that are left (all within `timeout` seconds), stop the thread."""
+        deadline = time.monotonic() + timeout
+        self.settle(timeout)
+        with self._cond:
+            self._closing = True
+            self._deadline = deadline
+            self._cond.notify()
+        self._thread.join(max(0.0, deadline - time.monotonic()) + WAIT_SECONDS * 2)
+        if not self._thread.is_alive():
+            self._sink.close()
 
     # ---------------------------------------------------------------- the writer thread
 
@@ -452,14 +472,14 @@ class Outlet:
         `data[start:end]`, and what they are: "line", "echo", "control" (ours, in the echo's order),
         or "" for nothing to write now."""
         if self._lines and not self._finish_echo_line_first():
-            if self._line_offset == 0:
-                if self._lines_dropped:
-                    self._lines.appendleft(lines_notice(self._lines_dropped))
-                    self._lines_bytes += len(self._lines[0])
-                    self._lines_dropped = 0
-                if self._mid_line:
-                    self._lines[0] = b"\n" + self._lines[0]
-                    self._lines_bytes += 1
+            if not self._line_begun:  # once per line: what was dropped before it, and a line of its own
+                self._line_begun = True
+                before = (b"\n" if self._mid_line else b"") + (
+                    lines_notice(self._lines_dropped) if self._lines_dropped else b"")
+                self._lines_dropped = 0
+                if before:
+                    self._lines[0] = before + self._lines[0]
+                    self._lines_bytes += len(before)
             self._line_in_flight = True
             front = self._lines[0]
             return front, self._line_offset, min(len(front), self._line_offset + PIECE), "line"
@@ -537,6 +557,7 @@ class Outlet:
                 if self._line_offset >= len(self._lines[0]):
                     self._lines.popleft()
                     self._line_offset = 0
+                    self._line_begun = False
                 return
             if kind == "echo":
                 self.shown_bytes += taken
@@ -546,9 +567,11 @@ class Outlet:
                     self._limited_bytes += taken
             else:
                 self._mid_line = False
+            front = self._echo[0] if self._echo else None
+            if front is not data and not (isinstance(front, _Control) and front.data is data):
+                return  # settled meanwhile: what was queued is gone
             self._echo_offset += taken
-            front = self._echo[0]
-            if self._echo_offset >= (len(front) if isinstance(front, bytes) else len(front.data)):  # type: ignore[union-attr]
+            if self._echo_offset >= len(data):
                 self._echo.popleft()
                 self._echo_offset = 0
             if not self._echo_bytes and self._gap is None:
@@ -739,6 +762,15 @@ class Terminal:
     def tree_stopped(self) -> None:
         for outlet in self._outlets():
             outlet.mark("stopped")
+
+    def settle(self, timeout: float = CLOSE_SECONDS) -> dict[str, int]:
+        """The loop's output is over: the rest of the echo gets at most `timeout` seconds, and what
+        the terminal showed and did not show is counted (fields for the last log line)."""
+        outlet = self._echo
+        if outlet is None:
+            return {}
+        outlet.settle(timeout)
+        return {"echo_shown_bytes": outlet.shown_bytes, "echo_dropped_bytes": outlet.dropped_bytes}
 
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """Write what is left (at most `timeout` seconds in all), put sys.stderr back."""

@@ -209,13 +209,55 @@ def test_close_gives_up_on_a_stuck_terminal_within_its_timeout_and_counts_what_w
         for i in range(20):
             outlet.echo(numbered(i * 1000, 1000))
         started = time.monotonic()
-        left = outlet.close(0.5)
+        left = outlet.settle(0.5)
+        outlet.close(0.5)
         took = time.monotonic() - started
     finally:
         os.close(master)
         os.close(slave)
     assert took < 5  # bounded by the timeout (generously, on a loaded machine); it never hangs
     assert left > 0 and outlet.shown_bytes + outlet.dropped_bytes == 20 * len(numbered(0, 1000))
+
+
+def test_when_our_own_lines_overflow_a_stopped_terminal_the_oldest_go_and_that_is_said() -> None:
+    master, slave = raw_pty()
+    os.write(master, b"\x13")
+    reader = Reader(master)
+    outlet = Outlet(slave)
+    try:
+        lines = [b"our line %05d %s\n" % (i, b"." * 100) for i in range(5000)]  # 600 KB: beyond what we keep
+        for line in lines:
+            outlet.line(line)
+        os.write(master, b"\x11")
+        wait_for(lambda: reader.data.endswith(lines[-1]), what="the last line")
+    finally:
+        outlet.close(1.0)
+        reader.stop()
+        os.close(master)
+        os.close(slave)
+    data = bytes(reader.data)
+    said = re.findall(rb"ralph-supervise: (\d+) of our lines not shown on the terminal; events.jsonl has them\n",
+                      data)
+    shown = [line for line in lines if line in data]
+    assert said and len(shown) + sum(int(n) for n in said) == len(lines)
+    # The oldest went, the newest stayed (and the one being written when the terminal stopped, if any).
+    assert shown[1:] == lines[len(lines) - len(shown) + 1:] and lines.index(shown[0]) <= len(lines) - len(shown)
+
+
+def test_a_terminal_that_goes_away_is_let_go_and_the_echo_still_never_blocks() -> None:
+    master, slave = raw_pty()
+    seen: list[str] = []
+    outlet = Outlet(slave, on_event=lambda name, **fields: seen.append(name))
+    os.close(master)  # the terminal hangs up: writes to the slave fail with EIO
+    try:
+        outlet.line(b"anyone there?\n")
+        wait_for(lambda: "terminal_lost" in seen, what="the lost terminal noticed")
+        for i in range(200):
+            outlet.echo(numbered(i * 100, 100))  # still returns at once, memory stays bounded
+        assert outlet.settle(0.5) > 0
+    finally:
+        outlet.close(0.5)
+        os.close(slave)
 
 
 # --- the supervisor on real terminals ------------------------------------------------------------------
@@ -519,9 +561,10 @@ def test_ctrl_s_in_a_tmux_pane_holds_up_nothing_and_ctrl_q_shows_our_lines_that_
     loop = "while :; do echo '=== iteration'; seq 1 20000; sleep 0.5; done"  # the loop, with markers
     command = (f"{sys.executable} -m ralph_supervisor run --grace 1 --iteration-marker '^=== iteration' "
                f"--paraphrase 0 --no-progress 3 --on-open pause -w {workspace} -- bash -c \"{loop}\"")
-    env = supervisor_env()
-    subprocess.run([tmux, "-S", str(socket_path), "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "50",
-                    command], env=env, check=True, timeout=30)
+    config = tmp_path / "tmux.conf"
+    config.write_text("set -g history-limit 200000\n")  # every line the pane got, for capture-pane -S -
+    subprocess.run([tmux, "-S", str(socket_path), "-f", str(config), "new-session", "-d", "-x", "160", "-y", "50",
+                    command], env=supervisor_env(), check=True, timeout=30)
     supervisor = None
     try:
         wait_for(lambda: events(state, "iteration_started"), what="the loop under supervision")
@@ -539,8 +582,9 @@ def test_ctrl_s_in_a_tmux_pane_holds_up_nothing_and_ctrl_q_shows_our_lines_that_
         assert control.request(state, "status", timeout=10)["child"]["paused"] is True
         assert run_tmux("capture-pane", "-p") == screen  # the pane showed nothing new meanwhile
         run_tmux("send-keys", "C-q")
-        shown = wait_for(lambda: (lambda text: "tree_paused" in text and text)(run_tmux("capture-pane", "-p")),
-                         what="our due lines in the pane after Ctrl-Q")
+        shown = wait_for(lambda: (lambda text: "bytes not shown" in text and text)(
+            run_tmux("capture-pane", "-p", "-S", "-", "-E", "-")), what="our due lines in the pane after Ctrl-Q")
+        assert "tree_paused" in shown
         assert "breaker_transition" in shown and "bytes not shown on the terminal" in shown
     finally:
         if supervisor is not None:
