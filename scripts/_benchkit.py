@@ -350,7 +350,7 @@ def wait_rusage(proc: subprocess.Popen[bytes], timeout: float | None = None) -> 
 
 # ---------------------------------------------------------------------------------------------- docs/benchmarks.md
 
-SECTION_ORDER = ("tap", "supervisor", "soak", "filter", "tree", "workspace", "check")
+SECTION_ORDER = ("tap", "echo", "supervisor", "soak", "filter", "tree", "workspace", "check")
 
 
 def _number(text: str) -> tuple[float, str] | None:

@@ -8,7 +8,7 @@
 #     --assemble-only  run nothing, rebuild docs/benchmarks.md from docs/bench/
 # Each scripts/bench_<name>.py writes docs/bench/<name>.md (and, for tap, supervisor and soak, <name>.json).
 # The supervisor's 10,000-iteration memory rows come from the soak's run when the soak runs too.
-# The heavy, timing-sensitive ones (tap, supervisor) run last.
+# The heavy, timing-sensitive ones (tap, echo, supervisor) run last.
 set -eu
 quick=""
 only=""
@@ -36,7 +36,7 @@ if [ "$run" = 1 ]; then
     names=""
     for script in scripts/bench_*.py; do
         name=$(basename "$script" .py); name=${name#bench_}
-        case "$name" in tap|supervisor) ;; *) names="$names $name" ;; esac
+        case "$name" in tap|echo|supervisor) ;; *) names="$names $name" ;; esac
     done
     for name in $names; do
         wanted "$name" || continue
@@ -49,7 +49,7 @@ if [ "$run" = 1 ]; then
         if "$PY" scripts/soak.py $quick; then :; else failed="$failed soak"; fi
         [ -f docs/bench/soak.json ] && soak_json=(--soak-json docs/bench/soak.json)
     fi
-    for name in tap supervisor; do
+    for name in tap echo supervisor; do
         wanted "$name" || continue
         echo "== bench_$name $quick"
         extra=()
