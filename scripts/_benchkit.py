@@ -326,6 +326,18 @@ def write_section(name: str, markdown: str, rows: Sequence[Row], out: Path | Non
     return out
 
 
+def publish(name: str, markdown: str, rows: Sequence[Row], out: Path, load_start: float) -> Path:
+    """A benchmark's last step: its notes file (`<name>.notes.md`, kept by hand) appended, the section
+    written (`write_section`), printed."""
+    notes_file = out.with_name(f"{name}.notes.md")
+    if notes_file.exists():
+        markdown += "\n" + notes_file.read_text(encoding="utf-8")
+    path = write_section(name, markdown, rows, out, {"load_average_start": round(load_start, 2)})
+    print(markdown)
+    print(f"wrote {path}")
+    return path
+
+
 def fmt_mib(value: float) -> str:
     return f"{value:.1f} MiB"
 

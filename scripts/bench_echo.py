@@ -224,12 +224,7 @@ Runs (child's time; echo shown / dropped):
 |---|---|---|---|---|---|
 {table_runs}
 """
-    notes_file = args.out.with_name("echo.notes.md")
-    if notes_file.exists():
-        md += "\n" + notes_file.read_text(encoding="utf-8")
-    path = kit.write_section("echo", md, rows, args.out, {"load_average_start": round(load_start, 2)})
-    print(md)
-    print(f"wrote {path}")
+    kit.publish("echo", md, rows, args.out, load_start)
     return 0
 
 

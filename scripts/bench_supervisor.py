@@ -335,12 +335,7 @@ The agent call is `bash -c 'timeout N claude'` with a fake `claude` on PATH; the
 
 {note_lines}
 """
-    notes_file = args.out.with_name("supervisor.notes.md")
-    if notes_file.exists():
-        md += "\n" + notes_file.read_text(encoding="utf-8")
-    path = kit.write_section("supervisor", md, rows, args.out, {"load_average_start": round(load_start, 2)})
-    print(md)
-    print(f"wrote {path}")
+    kit.publish("supervisor", md, rows, args.out, load_start)
     left = kit.leftovers()
     if left:
         print(f"bench_supervisor: processes left behind: {left} (killing them)", file=sys.stderr)

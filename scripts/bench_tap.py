@@ -219,12 +219,7 @@ Runs (child's time / whole process):
 |---|---|---|---|---|
 {runs}
 """
-    notes_file = args.out.with_name("tap.notes.md")
-    if notes_file.exists():
-        md += "\n" + notes_file.read_text(encoding="utf-8")
-    path = kit.write_section("tap", md, rows, args.out, {"load_average_start": round(load_start, 2)})
-    print(md)
-    print(f"wrote {path}")
+    kit.publish("tap", md, rows, args.out, load_start)
     return 0
 
 

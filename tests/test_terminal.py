@@ -8,7 +8,7 @@ supervisor as a background job and brings it back with `fg`; and a tmux pane sen
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import pty
 import re
@@ -20,7 +20,9 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -131,16 +133,29 @@ def raw_pty() -> tuple[int, int]:
     return master, slave
 
 
+@contextlib.contextmanager
+def outlet_on_a_pty(**options: Any) -> Iterator[tuple[Outlet, Reader, int]]:
+    """An outlet writing to a raw pty, a Reader on the pty's master (and the master, to type on)."""
+    master, slave = raw_pty()
+    reader = Reader(master)
+    outlet = Outlet(slave, **options)
+    try:
+        yield outlet, reader, master
+    finally:
+        outlet.close(1.0)
+        reader.stop()
+        for fd in (master, slave):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def numbered(start: int, count: int) -> bytes:
     return b"".join(b"line %07d of the loop's output\n" % i for i in range(start, start + count))
 
 
 def test_an_outlet_never_blocks_on_a_terminal_that_stops_reading_and_says_exactly_what_it_dropped() -> None:
-    master, slave = raw_pty()
-    reader = Reader(master)
     seen: list[tuple[str, dict]] = []
-    outlet = Outlet(slave, on_event=lambda name, **fields: seen.append((name, fields)))
-    try:
+    with outlet_on_a_pty(on_event=lambda name, **fields: seen.append((name, fields))) as (outlet, reader, _):
         reader.reading.clear()  # the reader stops
         first = [numbered(i * 1000, 1000) for i in range(150)]  # 5 MB: more than we keep for any terminal
         for chunk in first:
@@ -152,11 +167,6 @@ def test_an_outlet_never_blocks_on_a_terminal_that_stops_reading_and_says_exactl
         second = numbered(90_000, 100)
         outlet.echo(second)
         wait_for(lambda: reader.data.endswith(second), what="the echo after catching up")
-    finally:
-        outlet.close(1.0)
-        reader.stop()
-        os.close(master)
-        os.close(slave)
     data = bytes(reader.data)
     found = NOTICE.findall(data)
     assert len(found) == 1  # said once
@@ -174,10 +184,7 @@ def test_an_outlet_never_blocks_on_a_terminal_that_stops_reading_and_says_exactl
 
 
 def test_our_lines_go_first_when_the_terminal_is_stopped_by_xoff_and_flow_again_after_xon() -> None:
-    master, slave = raw_pty()
-    reader = Reader(master)
-    outlet = Outlet(slave)
-    try:
+    with outlet_on_a_pty() as (outlet, reader, master):
         outlet.echo(numbered(0, 10))
         wait_for(lambda: len(reader.data) >= len(numbered(0, 10)), what="the first echo")
         os.write(master, b"\x13")  # Ctrl-S: the line discipline stops the slave's output
@@ -188,11 +195,6 @@ def test_our_lines_go_first_when_the_terminal_is_stopped_by_xoff_and_flow_again_
         before = len(reader.data)
         os.write(master, b"\x11")  # Ctrl-Q
         wait_for(lambda: reader.data.endswith(numbered(3009, 1)), what="the whole echo after Ctrl-Q")
-    finally:
-        outlet.close(1.0)
-        reader.stop()
-        os.close(master)
-        os.close(slave)
     data = bytes(reader.data)
     assert before == len(numbered(0, 10))  # nothing got through while stopped
     line_at = data.index(b"breaker opened while you held Ctrl-S\n")
@@ -202,39 +204,26 @@ def test_our_lines_go_first_when_the_terminal_is_stopped_by_xoff_and_flow_again_
 
 
 def test_close_gives_up_on_a_stuck_terminal_within_its_timeout_and_counts_what_was_left() -> None:
-    master, slave = raw_pty()
-    os.write(master, b"\x13")
-    outlet = Outlet(slave)
-    try:
+    with outlet_on_a_pty() as (outlet, reader, master):
+        os.write(master, b"\x13")
         for i in range(20):
             outlet.echo(numbered(i * 1000, 1000))
         started = time.monotonic()
         left = outlet.settle(0.5)
         outlet.close(0.5)
         took = time.monotonic() - started
-    finally:
-        os.close(master)
-        os.close(slave)
     assert took < 5  # bounded by the timeout (generously, on a loaded machine); it never hangs
     assert left > 0 and outlet.shown_bytes + outlet.dropped_bytes == 20 * len(numbered(0, 1000))
 
 
 def test_when_our_own_lines_overflow_a_stopped_terminal_the_oldest_go_and_that_is_said() -> None:
-    master, slave = raw_pty()
-    os.write(master, b"\x13")
-    reader = Reader(master)
-    outlet = Outlet(slave)
-    try:
+    with outlet_on_a_pty() as (outlet, reader, master):
+        os.write(master, b"\x13")
         lines = [b"our line %05d %s\n" % (i, b"." * 100) for i in range(5000)]  # 600 KB: beyond what we keep
         for line in lines:
             outlet.line(line)
         os.write(master, b"\x11")
         wait_for(lambda: reader.data.endswith(lines[-1]), what="the last line")
-    finally:
-        outlet.close(1.0)
-        reader.stop()
-        os.close(master)
-        os.close(slave)
     data = bytes(reader.data)
     said = re.findall(rb"ralph-supervise: (\d+) of our lines not shown on the terminal; events.jsonl has them\n",
                       data)
@@ -245,19 +234,15 @@ def test_when_our_own_lines_overflow_a_stopped_terminal_the_oldest_go_and_that_i
 
 
 def test_a_terminal_that_goes_away_is_let_go_and_the_echo_still_never_blocks() -> None:
-    master, slave = raw_pty()
     seen: list[str] = []
-    outlet = Outlet(slave, on_event=lambda name, **fields: seen.append(name))
-    os.close(master)  # the terminal hangs up: writes to the slave fail with EIO
-    try:
+    with outlet_on_a_pty(on_event=lambda name, **fields: seen.append(name)) as (outlet, reader, master):
+        reader.stop()
+        os.close(master)  # the terminal hangs up: writes to the slave fail with EIO
         outlet.line(b"anyone there?\n")
         wait_for(lambda: "terminal_lost" in seen, what="the lost terminal noticed")
         for i in range(200):
             outlet.echo(numbered(i * 100, 100))  # still returns at once, memory stays bounded
         assert outlet.settle(0.5) > 0
-    finally:
-        outlet.close(0.5)
-        os.close(slave)
 
 
 # --- the supervisor on real terminals ------------------------------------------------------------------
@@ -289,6 +274,15 @@ def expected_stream(length: int) -> bytes:
         size += len(block)
         it, start = it + 1, start + ITERATION
     return b"".join(parts)[:length]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """The supervised folder, apart from the test's own files (the supervisor's stderr, scripts, sockets):
+    a file written there would be the loop's progress."""
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
 
 
 def supervisor_env(**extra: str) -> dict[str, str]:
@@ -339,50 +333,55 @@ def read_echo(data: bytes, stream: bytes) -> tuple[int, int, int]:
     return shown, said, position
 
 
-@pytest.mark.slow
-def test_a_terminal_that_stops_reading_holds_up_nothing_and_is_put_back_when_the_tree_is_paused(
-        tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    state = workspace / ".ralph-supervise"
+@contextlib.contextmanager
+def supervisor_on_a_pty(workspace: Path, errors: Path, *flags: str, rate: float | None = None,
+                        tree_changes_the_terminal: bool = False, **env: str,
+                        ) -> Iterator[tuple[subprocess.Popen[bytes], Reader, int]]:
+    """`ralph-supervise run --echo FLAGS -- LOOP` with stdout on a raw pty read by a Reader, stderr to
+    `errors`. With `tree_changes_the_terminal`, the loop runs `stty` on the pty's device in iteration 1."""
     master, slave = raw_pty()
-    found = termios.tcgetattr(slave)
-    reader = Reader(master)
-    errors = tmp_path / "stderr.log"
+    reader = Reader(master, rate=rate)
+    if tree_changes_the_terminal:
+        env["TTY_PATH"] = os.ttyname(slave)
     with open(errors, "wb") as err:
-        proc = subprocess.Popen(run_argv(workspace, "--echo", "--log-format", "json", "--no-progress", "3",
-                                         "--on-open", "pause"),
+        proc = subprocess.Popen(run_argv(workspace, "--echo", "--log-format", "json", *flags),
                                 stdin=subprocess.DEVNULL, stdout=slave, stderr=err, cwd=workspace,
-                                env=supervisor_env(TTY_PATH=os.ttyname(slave)))
+                                env=supervisor_env(**env))
     try:
-        wait_for(lambda: b"=== iteration 1" in reader.data, what="the first echo")
-        reader.reading.clear()  # the terminal stops reading
-        # While it stays stopped: status answers, the stuck loop is caught and its tree frozen.
-        answers = []
-        for _ in range(3):
-            started = time.monotonic()
-            answers.append(control.request(state, "status", timeout=10))
-            answers[-1]["took"] = time.monotonic() - started
-            time.sleep(0.3)
-        wait_for(lambda: events(state, "tree_paused"), timeout=30, what="the stuck loop paused")
-        status = control.request(state, "status", timeout=10)
-        assert status["state"] == "OPEN" and status["child"]["paused"] is True
-        assert status["tap"]["echo_dropped_bytes"] > 0
-        assert not b"ralph-supervise:" in reader.data  # still nothing read since the stop
-        reader.reading.set()
-        wait_for(lambda: NOTICE.search(reader.data), what="the dropped-bytes line after catching up")
-        control.request(state, "stop", timeout=30)
-        assert proc.wait(30) == 0
-        data = reader.drain()
+        yield proc, reader, slave
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         reader.stop()
-        now = termios.tcgetattr(slave)
         os.close(slave)
         os.close(master)
-    assert all(a["state"] in ("CLOSED", "OPEN") for a in answers)
+
+
+@pytest.mark.slow
+def test_a_terminal_that_stops_reading_holds_up_nothing_and_is_put_back_when_the_tree_is_paused(
+        tmp_path: Path, workspace: Path) -> None:
+    state = workspace / ".ralph-supervise"
+    with supervisor_on_a_pty(workspace, tmp_path / "stderr.log", "--no-progress", "3", "--on-open", "pause",
+                             tree_changes_the_terminal=True) as (proc, reader, slave):
+        found = termios.tcgetattr(slave)
+        wait_for(lambda: b"=== iteration 1" in reader.data, what="the first echo")
+        reader.reading.clear()  # the terminal stops reading
+        # While it stays stopped: status answers, the stuck loop is caught and its tree frozen.
+        for _ in range(3):
+            assert control.request(state, "status", timeout=10)["supervisor"]["running"]
+            time.sleep(0.3)
+        wait_for(lambda: events(state, "tree_paused"), timeout=30, what="the stuck loop paused")
+        status = control.request(state, "status", timeout=10)
+        assert status["state"] == "OPEN" and status["child"]["paused"] is True
+        assert status["tap"]["echo_dropped_bytes"] > 0
+        assert b"ralph-supervise:" not in reader.data  # still nothing read since the stop
+        reader.reading.set()
+        wait_for(lambda: NOTICE.search(reader.data), what="the dropped-bytes line after catching up")
+        control.request(state, "stop", timeout=30)
+        assert proc.wait(30) == 0
+        data = reader.drain()
+        now = termios.tcgetattr(slave)
     log = (state / "child.log").read_bytes()
     assert len(log) > 3 * ITERATION * 30 and log == expected_stream(len(log))  # byte-exact, nothing lost
     shown, said, reached = read_echo(data, log)
@@ -398,28 +397,14 @@ def test_a_terminal_that_stops_reading_holds_up_nothing_and_is_put_back_when_the
 
 
 @pytest.mark.slow
-def test_a_terminal_read_at_one_kilobyte_a_second_slows_nothing_and_the_count_adds_up(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+def test_a_terminal_read_at_one_kilobyte_a_second_slows_nothing_and_the_count_adds_up(
+        tmp_path: Path, workspace: Path) -> None:
     state = workspace / ".ralph-supervise"
-    master, slave = raw_pty()
-    reader = Reader(master, rate=1000)
-    with open(tmp_path / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(run_argv(workspace, "--echo", "--log-format", "json"), stdin=subprocess.DEVNULL,
-                                stdout=slave, stderr=err, cwd=workspace, env=supervisor_env(LAST="4"))
-    try:
+    with supervisor_on_a_pty(workspace, tmp_path / "stderr.log", rate=1000, LAST="4") as (proc, reader, _):
         wait_for(lambda: (state / "control.sock").exists(), what="the control socket")
-        status = control.request(state, "status", timeout=10)
-        assert status["supervisor"]["running"]
+        assert control.request(state, "status", timeout=10)["supervisor"]["running"]
         code = proc.wait(60)  # the loop's 4 iterations take about 1.2 s; the terminal needs minutes
         data = reader.drain()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.stop()
-        os.close(slave)
-        os.close(master)
     assert code == 3  # the loop's own exit code, as soon as it ended, whatever the terminal does
     log = (state / "child.log").read_bytes()
     assert log == expected_stream(len(log)) and log.endswith(numbered(4 * ITERATION - 1, 1))
@@ -429,8 +414,8 @@ def test_a_terminal_read_at_one_kilobyte_a_second_slows_nothing_and_the_count_ad
     assert said == sum(e["bytes"] for e in dropped if not e.get("at_exit"))  # each said with its count
     assert shown > 0 and at_exit > 0  # the terminal had taken a little of it when the loop ended
     assert reached + at_exit == len(log)  # shown + dropped is everything, to the byte
-
-
+    last = events(state, "supervisor_stopped")[-1]
+    assert last["echo_shown_bytes"] == shown and last["echo_dropped_bytes"] == said + at_exit
 
 
 TICKS = "import time\nfor i in range(1, 10**6):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.1)\n"
@@ -472,9 +457,7 @@ def process_state(pid: int) -> str:
 
 @pytest.mark.slow
 def test_in_the_background_of_a_tostop_terminal_it_supervises_on_and_echoes_again_in_the_foreground(
-        tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+        tmp_path: Path, workspace: Path) -> None:
     state = workspace / ".ralph-supervise"
     (tmp_path / "ticks.py").write_text(TICKS)
     shell = Shell(supervisor_env(PS1="$ ", HISTFILE="/dev/null"))
@@ -547,10 +530,8 @@ def tmux_binary() -> str:
 
 
 @pytest.mark.slow
-def test_ctrl_s_in_a_tmux_pane_holds_up_nothing_and_ctrl_q_shows_our_lines_that_were_due(tmp_path: Path) -> None:
+def test_ctrl_s_in_a_tmux_pane_holds_up_nothing_and_ctrl_q_shows_our_lines_that_were_due(tmp_path: Path, workspace: Path) -> None:
     tmux = tmux_binary()
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
     state = workspace / ".ralph-supervise"
     socket_path = tmp_path / "tmux.sock"
 

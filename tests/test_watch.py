@@ -323,89 +323,74 @@ def test_a_huge_events_file_is_read_from_its_end_only(tmp_path: Path) -> None:
     assert follower.poll()[-1]["iteration"] == 31
 
 
-@pytest.mark.slow
-def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp_path: Path, state_dir: Path) -> None:
-    code = (
-        "import sys; from pathlib import Path; from ralph_supervisor import watch; "
-        f"sys.exit(watch.main(Path({str(tmp_path)!r}), Path({str(state_dir)!r}), interval=0.1))"
-    )
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color"}
-    env.pop("COLUMNS", None)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            close_fds=True)
-    os.close(slave)
-    output = bytearray()
+class LiveView:
+    """`watch.main` in a child process on a pty of 120x60, as on a terminal; the test reads its master."""
 
-    def read_for(seconds: float) -> None:
+    def __init__(self, workspace: Path, state_dir: Path, interval: float) -> None:
+        code = (
+            "import sys; from pathlib import Path; from ralph_supervisor import watch; "
+            f"sys.exit(watch.main(Path({str(workspace)!r}), Path({str(state_dir)!r}), interval={interval}))"
+        )
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color"}
+        env.pop("COLUMNS", None)
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env,
+                                     close_fds=True)
+        os.close(slave)
+        self.output = bytearray()
+
+    def read_for(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.05)
+            ready, _, _ = select.select([self.master], [], [], 0.05)
             if ready:
                 try:
-                    output.extend(os.read(master, 65536))
+                    self.output.extend(os.read(self.master, 65536))
                 except OSError:
                     return
 
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.master)
+
+
+@pytest.mark.slow
+def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp_path: Path, state_dir: Path) -> None:
+    view = LiveView(tmp_path, state_dir, interval=0.1)
     try:
-        read_for(1.5)
-        assert b"breaker" in output
+        view.read_for(1.5)
+        assert b"breaker" in view.output
         write_jsonl(state_dir / "events.jsonl", [finished(21, files_changed=4321)], mode="a")
-        read_for(1.0)
-        proc.send_signal(signal.SIGINT)
-        code_ = proc.wait(timeout=10)
-        read_for(0.2)
+        view.read_for(1.0)
+        view.proc.send_signal(signal.SIGINT)
+        code_ = view.proc.wait(timeout=10)
+        view.read_for(0.2)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    assert code_ == 0, output.decode(errors="replace")[-2000:]
-    assert b"4321" in output  # the appended iteration showed up in a later frame
+        view.close()
+    assert code_ == 0, view.output.decode(errors="replace")[-2000:]
+    assert b"4321" in view.output  # the appended iteration showed up in a later frame
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Path, state_dir: Path) -> None:
     """Ctrl-S on the view's terminal, then Ctrl-C: the view still ends, at once and with 0. (Its frames
     once went out in blocking writes: stuck in one, the interrupted view tried to put the screen back
     with another and never exited; that was also the flaky failure of the test above.)"""
-    code = (
-        "import sys; from pathlib import Path; from ralph_supervisor import watch; "
-        f"sys.exit(watch.main(Path({str(tmp_path)!r}), Path({str(state_dir)!r}), interval=0.05))"
-    )
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color"}
-    env.pop("COLUMNS", None)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            close_fds=True)
-    os.close(slave)
-    output = bytearray()
-
-    def read_for(seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.05)
-            if ready:
-                try:
-                    output.extend(os.read(master, 65536))
-                except OSError:
-                    return
-
+    view = LiveView(tmp_path, state_dir, interval=0.05)
     try:
         deadline = time.monotonic() + 20
-        while b"breaker" not in output and time.monotonic() < deadline:
-            read_for(0.1)
-        assert b"breaker" in output
-        os.write(master, b"\x13")  # Ctrl-S: the terminal takes nothing more
+        while b"breaker" not in view.output and time.monotonic() < deadline:
+            view.read_for(0.1)
+        assert b"breaker" in view.output
+        os.write(view.master, b"\x13")  # Ctrl-S: the terminal takes nothing more
         time.sleep(1.0)  # 20 frames due, the pty's buffer full: the view waits on the terminal
-        proc.send_signal(signal.SIGINT)
-        code_ = proc.wait(timeout=10)
+        view.proc.send_signal(signal.SIGINT)
+        code_ = view.proc.wait(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
+        view.close()
     assert code_ == 0
 
 
