@@ -48,8 +48,13 @@ import termios
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
+
+import structlog
+
+from ralph_supervisor.logging import FILE_ONLY
 
 ECHO_MIN = 64 << 10
 ECHO_MAX = 2 << 20
@@ -92,8 +97,11 @@ SCREEN_MODES: dict[int, bool] = {
     1000: False, 1002: False, 1003: False, 1005: False, 1006: False, 1015: False,  # mouse reporting
     1004: False,  # focus events
     2004: False,  # bracketed paste
+    2026: False,  # synchronized output: left on, some terminals stop showing anything new
 }
-"""The DEC private modes (`ESC [ ? N h` sets, `... l` resets) put back, each with its usual state (True: set)."""
+"""The DEC private modes (`ESC [ ? N h` sets, `... l` resets) put back, each with its usual state (True: set).
+The numbers are xterm's (its "Xterm Control Sequences", DECSET/DECRST), which other terminals and tmux follow;
+full-screen agent CLIs use these (Claude Code's own ink renderer: 25, 1049, 1000-1006, 1004, 2004, 2026)."""
 KEYPAD = 0
 """Stands for the keypad mode: `ESC =` (application keypad, True) and `ESC >` (normal, the usual)."""
 _ALT_SCREENS = (47, 1047, 1049)
@@ -304,7 +312,6 @@ class Outlet:
         self._line_offset = 0
         self._line_begun = False
         """The first line is being written (decorated, maybe partly out): it is never dropped."""
-        self._line_in_flight = False
         self._echo: deque[_Item] = deque()
         self._echo_offset = 0
         self._echo_bytes = 0
@@ -318,7 +325,6 @@ class Outlet:
         self._closing = False
         self._deadline = float("inf")
         self._held = False
-        self._lost = False
         self._limited_since: float | None = None
         self._limited_bytes = 0
         self.shown_bytes = 0
@@ -387,6 +393,12 @@ class Outlet:
     def stream(self) -> LineStream:
         return LineStream(self)
 
+    @property
+    def not_shown_bytes(self) -> int:
+        """Echo bytes dropped so far: said, or to be said when the terminal has caught up."""
+        with self._cond:
+            return self.dropped_bytes + sum(item.nbytes for item in self._echo if isinstance(item, _Gap))
+
     def settle(self, timeout: float = CLOSE_SECONDS) -> int:
         """The echo is over (the tap is done): put the screen modes back, give the terminal at most
         `timeout` seconds for the rest, and count what it did not take (one `echo_dropped` event).
@@ -425,7 +437,10 @@ class Outlet:
     # ---------------------------------------------------------------- the writer thread
 
     def _run(self) -> None:
-        # Here only: a write (or tcsetattr) from the background then neither stops the process nor fails.
+        # Here only (the loop we start inherits nothing of it): a write or tcsetattr from the background
+        # then neither stops the process nor fails. Linux's __tty_check_change (drivers/tty/tty_jobctrl.c)
+        # sends SIGTTOU to a background process group unless the calling thread blocks or ignores it, and
+        # then lets the operation go ahead; `may_write` keeps us from writing there with tostop anyway.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
         try:
             while self._step():
@@ -480,7 +495,6 @@ class Outlet:
                 if before:
                     self._lines[0] = before + self._lines[0]
                     self._lines_bytes += len(before)
-            self._line_in_flight = True
             front = self._lines[0]
             return front, self._line_offset, min(len(front), self._line_offset + PIECE), "line"
         while self._echo:
@@ -546,8 +560,6 @@ class Outlet:
         if self.is_tty and taken > 0:
             self._screen.feed(data, start, start + taken)  # only the writer thread reads or changes it
         with self._cond:
-            if kind == "line":
-                self._line_in_flight = False
             if taken <= 0:
                 return
             if kind == "line":
@@ -643,7 +655,6 @@ class Outlet:
     def _lose(self, why: str) -> None:
         """The terminal is gone (hung up, closed): nothing more is written; the echo is counted as dropped."""
         with self._cond:
-            self._lost = True
             self._closing = True
             self._deadline = 0.0
         self._event("terminal_lost", error=why)
@@ -742,11 +753,7 @@ class Terminal:
     @property
     def echo_dropped_bytes(self) -> int:
         """Echo bytes not shown so far (said, or waiting to be said when the terminal catches up)."""
-        outlet = self._echo
-        if outlet is None:
-            return 0
-        gap = outlet._gap
-        return outlet.dropped_bytes + (gap.nbytes if gap is not None else 0)
+        return self._echo.not_shown_bytes if self._echo is not None else 0
 
     def _outlets(self) -> list[Outlet]:
         return [o for o in dict.fromkeys((self._echo, self._lines)) if o is not None]
@@ -801,8 +808,4 @@ def _same_file(a: int, b: int) -> bool:
 
 def _log_event(name: str, **fields: Any) -> None:
     """Terminal events go to events.jsonl only: on the terminal they would be noise (or the cause)."""
-    import structlog
-
-    from ralph_supervisor.logging import FILE_ONLY
-
     structlog.get_logger("ralph_supervisor").info(name, **fields, **{FILE_ONLY: True})
