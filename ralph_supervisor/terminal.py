@@ -73,6 +73,9 @@ HELD_SECONDS = 0.25
 RATE_WINDOW = 0.5
 """The terminal's speed is measured over this much time while it holds us up."""
 CLOSE_SECONDS = 1.0
+"""At exit the terminal gets at most this long for the rest of the echo, and as long again for our last lines."""
+STUCK_SECONDS = 0.25
+"""A terminal that took nothing of what we offered for this long (Ctrl-S, a dead link) is not waited for at exit."""
 
 Event = Callable[..., None]
 """Called with an event name and its fields, from the writer thread (the supervisor logs them)."""
@@ -327,6 +330,8 @@ class Outlet:
         self._held = False
         self._limited_since: float | None = None
         self._limited_bytes = 0
+        self._waiting_since: float | None = None
+        """Since when the terminal has taken nothing of what we offered (None: it took all we had)."""
         self.shown_bytes = 0
         """Echo bytes written to the terminal."""
         self.dropped_bytes = 0
@@ -411,7 +416,7 @@ class Outlet:
             if self.is_tty:
                 self._echo.append(_STOPPED)
             self._cond.notify()
-            while self._echo and self._thread.is_alive() and time.monotonic() < deadline:
+            while self._echo and self._thread.is_alive() and time.monotonic() < deadline and not self._stuck():
                 self._cond.wait(0.02)
             left = self._echo_bytes + sum(item.nbytes for item in self._echo if isinstance(item, _Gap))
             self._echo.clear()  # (the writer's piece in flight, if any, is seen to be gone in _wrote)
@@ -454,7 +459,8 @@ class Outlet:
                 self._idle = True
                 self._cond.wait()
             self._idle = False
-            if self._closing and (time.monotonic() >= self._deadline or (not self._lines and not self._echo)):
+            if self._closing and (time.monotonic() >= self._deadline or self._stuck()
+                                  or (not self._lines and not self._echo)):
                 return False
         if self.is_tty and not may_write(self.fd):
             self._hold()
@@ -476,7 +482,7 @@ class Outlet:
         except OSError as exc:
             self._lose(exc.strerror or str(exc))
             return False
-        self._wrote(data, start, taken, kind)
+        self._wrote(data, start, end, taken, kind)
         if taken < end - start:
             self._limited()
             self._sink.wait(WAIT_SECONDS)
@@ -556,10 +562,14 @@ class Outlet:
             events.append(("terminal_restored", {"after": f"tree {mark.what}", **restored}))
         return data
 
-    def _wrote(self, data: bytes, start: int, taken: int, kind: str) -> None:
+    def _wrote(self, data: bytes, start: int, end: int, taken: int, kind: str) -> None:
         if self.is_tty and taken > 0:
             self._screen.feed(data, start, start + taken)  # only the writer thread reads or changes it
         with self._cond:
+            if taken >= end - start:
+                self._waiting_since = None
+            elif taken or self._waiting_since is None:
+                self._waiting_since = time.monotonic()  # it takes something: not stuck
             if taken <= 0:
                 return
             if kind == "line":
@@ -588,6 +598,11 @@ class Outlet:
                 self._echo_offset = 0
             if not self._echo_bytes and self._gap is None:
                 self._limited_since, self._bound = None, ECHO_MAX  # it keeps up again
+
+    def _stuck(self) -> bool:
+        """(Under the lock.) The terminal has taken nothing of what we offered for STUCK_SECONDS."""
+        since = self._waiting_since
+        return since is not None and time.monotonic() - since >= STUCK_SECONDS
 
     def _limited(self) -> None:
         """The terminal took less than offered: measure how fast it takes bytes, and keep about a

@@ -11,7 +11,7 @@ own time from its first write to its exit, the whole process, the supervisor's C
 showed and what the supervisor said it dropped (they must add up to every byte), and the worst time a
 `status` request took while the child wrote. Target (issue 13): child time with echo <= 1.1x without.
 
-Usage: scripts/bench_echo.py [--quick] [--size MiB] [--rounds N] [--out docs/bench/echo.md]
+Usage: scripts/bench_echo.py [--quick] [--size MiB] [--rounds N (7)] [--out docs/bench/echo.md]
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="50 MiB instead of 200 MiB")
     parser.add_argument("--size", type=int, help="MiB to write")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7, help="each run is short: more rounds, a steadier median")
     parser.add_argument("--out", type=Path, default=kit.DOCS / "echo.md")
     args = parser.parse_args(argv)
 
