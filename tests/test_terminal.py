@@ -530,6 +530,7 @@ def tmux_binary() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # time for `apt-get install tmux` where it is missing
 def test_ctrl_s_in_a_tmux_pane_holds_up_nothing_and_ctrl_q_shows_our_lines_that_were_due(tmp_path: Path, workspace: Path) -> None:
     tmux = tmux_binary()
     state = workspace / ".ralph-supervise"
