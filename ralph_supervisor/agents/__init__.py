@@ -78,10 +78,11 @@ def read_call(text: str, *, name: str = "", argv: Sequence[str] = (), agent: str
     if agent != AUTO and agent in ADAPTERS:
         return ADAPTERS[agent].read(output, timed_out=timed_out, exit_code=exit_code, now=when, tz=tz)
     adapter = adapter_for_process(name, argv)
-    found = sniff(output) if output.events else None
-    if adapter is None or (found is not None and found.family != adapter.family and not adapter.owns(output)):
-        adapter = found or adapter or TEXT  # the output is in another agent's format: that agent's adapter reads it
-    return adapter.read(output, timed_out=timed_out, exit_code=exit_code, now=when, tz=tz)
+    if output.events and (adapter is None or not adapter.owns(output)):
+        found = sniff(output)
+        if found is not None and (adapter is None or found.family != adapter.family):
+            adapter = found  # the output is in another agent's format: that agent's adapter reads it
+    return (adapter or TEXT).read(output, timed_out=timed_out, exit_code=exit_code, now=when, tz=tz)
 
 
 def output_warnings(out: AgentOutput) -> list[tuple[str, str, dict[str, Any]]]:

@@ -8,9 +8,7 @@ the result has no usage, so tokens come from the assistant messages, and dollars
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from ralph_supervisor.agents.base import Output, event_type, text_of
+from ralph_supervisor.agents.base import Output, text_of
 from ralph_supervisor.agents.claude import Claude
 
 
@@ -22,5 +20,7 @@ class Amp(Claude):
 
     def owns(self, output: Output) -> int:
         # The same events as Claude's; what tells them apart is Amp's thread id ("T-...") as session id.
-        return sum(1 for event in output.events
-                   if event_type(event) == "system" and text_of(event.get("session_id")).startswith("T-"))
+        if not output.kinds["system"]:
+            return 0
+        first = next(event for event in output.events if event.get("type") == "system")
+        return int(text_of(first.get("session_id")).startswith("T-"))

@@ -140,17 +140,15 @@ class Claude(Adapter):
                                                        "rate_limit_event", "conversation_reset"})
 
     def owns(self, output: Output) -> int:
-        # A result object with `is_error` is Claude-shaped too (json mode prints nothing else).
-        return sum(1 for event in output.events
-                   if event_type(event) in self.distinctive
-                   or (event_type(event) == "result" and "is_error" in event))
+        # A result object is Claude-shaped too (json mode prints nothing else).
+        return super().owns(output) + output.kinds["result"]
 
     def read_events(self, output: Output, findings: Findings) -> bool:
-        events = self.known(findings, output.events)
+        events = self.known(findings, output)
         if not events:
             return False
-        results = [e for e in events if event_type(e) == "result"]
-        findings.mode = "stream-json" if any(event_type(e) in STREAM_TYPES for e in events) else "json"
+        results = [e for e in events if e["type"] == "result"]
+        findings.mode = "stream-json" if any(output.kinds[kind] for kind in STREAM_TYPES) else "json"
         result = results[-1] if results else None
         for event in ([result] if result else []) + events[::-1]:
             if isinstance(event.get("session_id"), str) and event["session_id"]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ralph_supervisor.agents.base import Adapter, Findings, Output, count, event_type, text_of
+from ralph_supervisor.agents.base import Adapter, Findings, Output, count, text_of
 
 TURN_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed"})
 ITEM_EVENTS = frozenset({"item.started", "item.updated", "item.completed", "item.plan.delta"})
@@ -40,16 +40,16 @@ class Codex(Adapter):
     distinctive: ClassVar[frozenset[str]] = TURN_EVENTS | ITEM_EVENTS
 
     def read_events(self, output: Output, findings: Findings) -> bool:
-        if not any(event_type(event) in self.distinctive for event in output.events):
+        if not self.owns(output):
             return False
-        events = self.known(findings, output.events)
+        events = self.known(findings, output)
         findings.mode = "stream-json"
         completed = False
         failed_turn = False
         last_error = ""
         last_message = ""
         for event in events:
-            kind = event_type(event)
+            kind = event["type"]
             if kind == "thread.started":
                 findings.session_id = text_of(event.get("thread_id")) or findings.session_id
             elif kind == "turn.started":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ralph_supervisor.agents.base import Output, event_type
+from ralph_supervisor.agents.base import Output
 from ralph_supervisor.agents.claude import Claude
 
 
@@ -26,4 +26,4 @@ class Cursor(Claude):
 
     def owns(self, output: Output) -> int:
         # The same events as Claude's, plus its own tool calls: those tell them apart.
-        return sum(1 for event in output.events if event_type(event) == "tool_call")
+        return output.kinds["tool_call"]

@@ -43,15 +43,17 @@ class Gemini(Adapter):
     distinctive: ClassVar[frozenset[str]] = frozenset({"init", "message", "tool_result"})
 
     def owns(self, output: Output) -> int:
-        return sum(1 for event in output.events
-                   if event_type(event) in self.distinctive or _is_json_output(event)
-                   or (event_type(event) == "result" and "status" in event))
+        return super().owns(output) + len(self._objects(output))
+
+    @staticmethod
+    def _objects(output: Output) -> list[dict[str, Any]]:
+        return [e for e in output.events if _is_json_output(e)] if output.kinds[""] else []
 
     def read_events(self, output: Output, findings: Findings) -> bool:
-        objects = [e for e in output.events if _is_json_output(e)]
-        stream = [e for e in output.events if event_type(e) in STREAM_TYPES]
-        if not objects and not any(event_type(e) in self.distinctive or "status" in e for e in stream):
+        objects = self._objects(output)
+        if not objects and not super().owns(output):
             return False
+        stream = [e for e in output.events if event_type(e) in STREAM_TYPES]
         findings.unknown += len(output.events) - len(objects) - len(stream)
         findings.mode = "stream-json" if stream else "json"
         if stream:
@@ -68,7 +70,7 @@ class Gemini(Adapter):
         reply: list[str] = []
         pieces = False
         for event in events:
-            kind = event_type(event)
+            kind = event["type"]
             if kind == "init":
                 findings.session_id = text_of(event.get("session_id")) or findings.session_id
             elif kind == "message" and event.get("role") == "assistant":

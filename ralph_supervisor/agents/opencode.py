@@ -26,7 +26,6 @@ from ralph_supervisor.agents.base import (
     classify_status,
     count,
     dollars,
-    event_type,
     text_of,
 )
 from ralph_supervisor.agents.limits import reset_time
@@ -49,20 +48,21 @@ class Opencode(Adapter):
     distinctive: ClassVar[frozenset[str]] = frozenset({"step_start", "step_finish", "text", "reasoning", "done"})
 
     def owns(self, output: Output) -> int:
-        return sum(1 for event in output.events
-                   if event_type(event) in self.distinctive or (event_type(event) in self.event_types
-                                                                and "sessionID" in event))
+        owned = super().owns(output)
+        if owned or not (output.kinds["error"] or output.kinds["tool_use"]):
+            return owned
+        # A call that failed at once prints only an error event: its `sessionID` says it is opencode's.
+        return sum(1 for e in output.events if e.get("type") in ("error", "tool_use") and "sessionID" in e)
 
     def read_events(self, output: Output, findings: Findings) -> bool:
-        if not any(event_type(e) in self.distinctive or (event_type(e) in self.event_types and "sessionID" in e)
-                   for e in output.events):
+        if not self.owns(output):
             return False
-        events = self.known(findings, output.events)
+        events = self.known(findings, output)
         findings.mode = "stream-json"
         texts: list[tuple[str, str]] = []  # (messageID, text)
         finished = False
         for event in events:
-            kind = event_type(event)
+            kind = event["type"]
             findings.session_id = text_of(event.get("sessionID")) or findings.session_id
             part = _part(event)
             if kind == "text":
