@@ -26,8 +26,9 @@ from datetime import tzinfo
 from typing import Any, ClassVar, Literal
 
 from ralph_supervisor.agents.limits import reset_time
-from ralph_supervisor.evidence.errors import error_lines, is_error_line
+from ralph_supervisor.evidence.errors import MAX_ERROR_LINE, error_lines, is_error_line
 from ralph_supervisor.evidence.iterations import agent_name_matches
+from ralph_supervisor.text import clip as clip_text
 
 LineClass = Literal["usage-limit", "blocked"]
 
@@ -215,8 +216,8 @@ def first_line(text: str) -> str:
 
 
 def clip(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "…"
+    """A message for humans: stripped, at most MESSAGE_CHARS characters and an ellipsis."""
+    return clip_text(text.strip(), MESSAGE_CHARS + 1)
 
 
 # --- reading the output -------------------------------------------------------------------------------------
@@ -415,7 +416,7 @@ class Findings:
         """An error the agent reported in its own event: an error line for the filter, and an error position."""
         line = first_line(text)
         if line and len(self.error_lines) < MAX_AGENT_ERROR_LINES and line not in self.error_lines:
-            self.error_lines.append(line[:1000])
+            self.error_lines.append(clip_text(line, MAX_ERROR_LINE, ellipsis=""))
         self.error_position(text)
 
     def reply_errors(self, text: str) -> None:
