@@ -119,6 +119,14 @@ def test_claude_reset_times_from_the_result_text_the_rate_limit_event_and_text_m
         assert read_call(text, name="claude", now=now, tz=timezone.utc).limit_resets_at == expected, name
 
 
+def test_the_reset_time_comes_from_whichever_limit_message_states_it() -> None:
+    events = [{"type": "assistant", "error": "rate_limit",
+               "message": {"model": "<synthetic>", "content": [{"type": "text", "text": "You've hit your session limit"}]}},
+              {"type": "result", "is_error": True, "result": "You've hit your session limit · resets 3pm (UTC)"}]
+    out = read_call("\n".join(json.dumps(e) for e in events), name="claude", now=NOW, tz=timezone.utc)
+    assert out.usage_limited and out.message == "You've hit your session limit" and out.limit_resets_at == NOW + 5 * 3600
+
+
 BLOCKED = [  # (agent, fixture, reason)
     ("codex", "blocked.jsonl", "authentication failed"),  # refresh token expired: sign in again
     ("codex", "quota_exceeded.jsonl", "quota exhausted"),  # billing, not a wait

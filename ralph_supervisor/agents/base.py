@@ -47,6 +47,8 @@ CLI reported it without an error flag (Claude Code has done so for usage limits)
 MESSAGE_CHARS = 500
 MAX_AGENT_ERROR_LINES = 20
 """Error lines an adapter adds for the filter (the agent's own error events), at most this many per call."""
+MAX_LIMIT_TEXTS = 8
+"""Texts saying "usage limit" kept per call, for the one that says when it resets."""
 MAX_PRETTY_LINES = 2_000
 """A pretty-printed JSON block (Gemini's error object) is looked for over at most this many lines ..."""
 MAX_PRETTY_TRIES = 20
@@ -308,7 +310,7 @@ def _pretty_block(lines: list[str], start: int, opener: str) -> tuple[Any, int]:
     for end in range(start + 1, stop):
         candidate = lines[end].rstrip()
         if candidate.strip() in (closer, closer + ",") and len(candidate) - len(candidate.lstrip()) == indent:
-            decoded = _decode("\n".join(lines[start:end + 1]).rstrip().rstrip(","))
+            decoded = _decode("\n".join(lines[start:end + 1]).strip().rstrip(","))
             if decoded is not None:
                 return decoded, end + 1
             break
@@ -375,6 +377,9 @@ class Findings:
     result_text: str = ""
     """The reply as the agent gave it (status block included)."""
     limit_text: str = ""
+    """The first evidence of a usage limit: what the call's message says."""
+    limit_texts: list[str] = field(default_factory=list)
+    """All of it (a few), where a reset time may be stated."""
     limit_resets_at: float | None = None
     blocked_reason: str = ""
     blocked_text: str = ""
@@ -394,6 +399,8 @@ class Findings:
         """Evidence of a usage limit (the first text is kept; a reset time is taken wherever it comes)."""
         if not self.limit_text:
             self.limit_text = text or "usage limit"
+        if text and len(self.limit_texts) < MAX_LIMIT_TEXTS and text not in self.limit_texts:
+            self.limit_texts.append(text)
         if self.limit_resets_at is None and resets_at is not None:
             self.limit_resets_at = resets_at
 
@@ -453,8 +460,10 @@ class Findings:
         resets_at = None
         if usage_limited:
             resets_at = self.limit_resets_at
-            if resets_at is None:
-                resets_at = reset_time(self.limit_text, self.now, self.tz)
+            for text in self.limit_texts:
+                if resets_at is not None:
+                    break
+                resets_at = reset_time(text, self.now, self.tz)
         status = parse_status_block(self.result_text)
         reply = None if (failed or usage_limited or blocked) else strip_status_block(self.result_text)
         if blocked:
