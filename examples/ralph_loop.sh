@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # A small Ralph-style loop: call the agent on the prompt again and again, through GNU timeout,
-# as frankbria/ralph-claude-code's ralph_loop.sh does (here with the fake agent in examples/bin).
+# as frankbria/ralph-claude-code's ralph_loop.sh does (here with the fake agents in examples/bin).
 #   RALPH_LOOP_MAX    stop after this many calls (default: never)
 #   RALPH_LOOP_PAUSE  seconds between calls (default 0.5)
 #   RALPH_LOOP_TIMEOUT  seconds a call may take (default 60)
-#   RALPH_LOOP_FORMAT   claude's --output-format: json (default), stream-json (Ralph's --live) or text
+#   RALPH_LOOP_AGENT    claude (default), codex, gemini or opencode: the CLI called, with its machine-readable output
+#   RALPH_LOOP_FORMAT   claude's --output-format: json (default), stream-json (Ralph's --live) or text;
+#                       gemini's -o (json, stream-json or text); text turns codex's and opencode's JSON off
 here=$(cd "$(dirname "$0")" && pwd)
 export PATH="$here/bin:$PATH"
 prompt=${RALPH_PROMPT:-"Implement the next step of the plan in PLAN.md."}
+agent=${RALPH_LOOP_AGENT:-claude}
+format=${RALPH_LOOP_FORMAT:-json}
 loop=0
 while true; do
     loop=$((loop + 1))
-    echo "[ralph] loop #$loop: calling claude"
-    timeout "${RALPH_LOOP_TIMEOUT:-60}" claude --output-format "${RALPH_LOOP_FORMAT:-json}" \
-        --append-system-prompt "Loop #$loop of the fake Ralph loop" -p "$prompt" < /dev/null
-    echo "[ralph] loop #$loop: claude exited with $?"
+    echo "[ralph] loop #$loop: calling $agent"
+    case "$agent" in
+        codex)
+            json=--json; [ "$format" = text ] && json=""
+            timeout "${RALPH_LOOP_TIMEOUT:-60}" codex exec $json --skip-git-repo-check "Loop #$loop: $prompt" < /dev/null ;;
+        gemini)
+            timeout "${RALPH_LOOP_TIMEOUT:-60}" gemini -o "$format" --yolo -p "Loop #$loop: $prompt" < /dev/null ;;
+        opencode)
+            fmt=json; [ "$format" = text ] && fmt=default
+            timeout "${RALPH_LOOP_TIMEOUT:-60}" opencode run --format "$fmt" "Loop #$loop: $prompt" < /dev/null ;;
+        *)
+            timeout "${RALPH_LOOP_TIMEOUT:-60}" claude --output-format "$format" \
+                --append-system-prompt "Loop #$loop of the fake Ralph loop" -p "$prompt" < /dev/null ;;
+    esac
+    echo "[ralph] loop #$loop: $agent exited with $?"
     if [ -n "${RALPH_LOOP_MAX:-}" ] && [ "$loop" -ge "$RALPH_LOOP_MAX" ]; then
         echo "[ralph] reached RALPH_LOOP_MAX=$RALPH_LOOP_MAX, done"
         exit 0

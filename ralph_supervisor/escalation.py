@@ -150,7 +150,8 @@ def _evidence_table(reports: Sequence[IterationReport]) -> list[str]:
         if r.changed_paths:
             files += " (" + ", ".join(r.changed_paths[:3]) + (", …" if len(r.changed_paths) > 3 else "") + ")"
         lines.append(
-            f"| {r.number} | {_cell(files)} | {r.commits} | {_cell(errors)} | {r.tokens} | {_cell(outcome(r))} "
+            f"| {r.number} | {_cell(files)} | {r.commits} | {_cell(errors)} | {'unknown' if r.tokens is None else r.tokens} "
+            f"| {_cell(outcome(r))} "
             f"| {_cell(status_line(r))} |"
         )
     return lines

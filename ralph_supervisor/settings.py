@@ -127,6 +127,16 @@ def _text(raw: Any) -> str:
     return raw
 
 
+def _agent(raw: Any) -> str:
+    """`--agent`: auto, or the name of an adapter (ralph_supervisor/agents)."""
+    from ralph_supervisor.agents import AUTO, NAMES  # the adapters are the list of valid names
+
+    value = _text(raw).strip().lower()
+    if value != AUTO and value not in NAMES:
+        raise ValueError(f"expected {AUTO} or one of {', '.join(NAMES)}, got {raw!r}")
+    return value
+
+
 def _optional_text(raw: Any) -> str | None:
     value = _text(raw).strip()
     return value or None
@@ -268,7 +278,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("snapshot_max_file", "--snapshot-max-file", _size(0), 50_000_000,
            "files larger than this are listed in a snapshot but not stored",
            ("RALPH_SUPERVISE_SNAPSHOT_MAX_FILE",), metavar="SIZE"),
-    Option("agent", "--agent", _text, "auto",
+    Option("agent", "--agent", _agent, "auto",
            "read every call with this agent's adapter instead of the one its process name selects",
            ("RALPH_SUPERVISE_AGENT_FORMAT",), metavar="NAME"),
     Option("name", "--name", _optional_text, None, "a short name for this loop (metrics label, ls, notices)",

@@ -740,12 +740,17 @@ class Supervisor:
 
     async def _report_call(self, call: CallEvidence, ended: float,
                            delta_future: concurrent.futures.Future[Any] | None = None) -> None:
-        from ralph_supervisor.evidence.replies import parse_agent_output
+        from ralph_supervisor.agents import output_warnings, read_call
 
         if delta_future is None:
             delta_future = self._ws_pool.submit(self.workspace.end_iteration)
         delta = await asyncio.wrap_future(delta_future)
-        agent = parse_agent_output(call.output_text()) if call.text else None
+        agent = None
+        if call.text:  # read by the adapter of the agent that made the call (or --agent's)
+            agent = read_call(call.output_text(), name=call.name, argv=call.argv, agent=self.settings.agent, now=ended)
+            call.error_lines.extend(line for line in agent.error_lines if line not in call.error_lines)
+            for key, event, fields in output_warnings(agent):
+                self.warnings.once(key, event_name=event, iteration=call.number, **fields)
         returned_to = self.returns.record(call.number, delta.fingerprint)
         report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
                               commits=delta.commits, agent=agent, signatures=error_set(call.error_lines),

@@ -4,7 +4,20 @@
 # breaker and freezes the whole process tree; after a short cooldown it thaws the tree for one
 # trial iteration, which fails too, so the breaker opens for good and the tree is stopped (exit 2).
 # Sets up .venv (and installs this package) on first use.
+#   scripts/demo.sh [--agent claude|codex|gemini|opencode]   the fake agent CLI the loop calls (default claude);
+#                   the supervisor is not told which: it reads each call with the adapter of the process
 set -eu
+agent=claude
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --agent) agent=${2:?--agent needs a name}; shift ;;
+        --agent=*) agent=${1#--agent=} ;;
+        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
+    esac
+    shift
+done
+case "$agent" in claude|codex|gemini|opencode) ;; *) echo "demo.sh: --agent: no fake $agent (claude, codex, gemini, opencode)" >&2; exit 1 ;; esac
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh ""
 
@@ -12,10 +25,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-demo.XXXXXX")
 cp examples/PLAN.md "$work/PLAN.md"
 git -C "$work" init -q 2>/dev/null || true
 echo "== workspace: $work"
+echo "== agent: $agent (a fake CLI in examples/bin)"
 echo "== ralph-supervise --no-progress 3 --cooldown 0.1 --max-opens 2 -- examples/ralph_loop.sh"
 echo
 
-export FAKE_CLAUDE_SCENARIO=progress-then-stuck FAKE_CLAUDE_PROGRESS_CALLS=2 FAKE_CLAUDE_DELAY=1 RALPH_LOOP_PAUSE=0.5
+export FAKE_AGENT_SCENARIO=progress-then-stuck FAKE_AGENT_PROGRESS_CALLS=2 FAKE_AGENT_DELAY=1 RALPH_LOOP_PAUSE=0.5
+export RALPH_LOOP_AGENT=$agent
 ralph-supervise run -w "$work" --no-progress 3 --cooldown 0.1 --max-opens 2 --no-echo --log-format console \
     -- "$PWD/examples/ralph_loop.sh" &
 sup=$!

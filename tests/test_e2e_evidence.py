@@ -33,6 +33,7 @@ def test_each_call_of_a_loop_through_gnu_timeout_is_one_iteration(tmp_path: Path
     assert [e["iteration"] for e in done] == [1, 2, 3]
     assert all(e["files_changed"] == 1 and e["outcome"] == "success" for e in done)
     assert all(e["tokens"] == (0 if fmt == "text" else 1200) for e in done)  # text mode reports no usage
+    assert all(e["agent"] == "claude" for e in done)
     if fmt != "text":  # in text mode the loop's own chatter on the shared pipe may lead the reply
         assert [a["action"] for a in ledger(tmp_path)] == [f"Implemented step {n}." for n in (1, 2, 3)]
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from ralph_supervisor.agents.base import parse_status_block, strip_status_block
 from ralph_supervisor.evidence.errors import (
     MAX_ERROR_LINE,
     error_lines,
@@ -17,11 +18,7 @@ from ralph_supervisor.evidence.errors import (
     error_set,
     is_error_line,
 )
-from ralph_supervisor.evidence.replies import (
-    classify_line,
-    parse_status_block,
-    strip_status_block,
-)
+from tests.helpers.agents import classify_line
 from tests.helpers.fuzzing import (
     AGENT_OUTPUTS,
     CHEAP,
@@ -30,7 +27,7 @@ from tests.helpers.fuzzing import (
     mutated_agent_output,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "agent"
+FIXTURES = Path(__file__).parent / "fixtures" / "agent" / "claude"
 
 # Ralph's own pipeline, in Python, for comparing verdicts line by line.
 RALPH_STAGE1 = re.compile(r'"[^"]*error[^"]*":')
@@ -172,7 +169,7 @@ def test_stream_json_with_2_mb_lines() -> None:
 
 
 def test_chunk_scan_matches_line_by_line_on_fixtures() -> None:
-    for path in sorted(FIXTURES.iterdir()):
+    for path in sorted(p for p in FIXTURES.parent.rglob("*") if p.is_file()):  # every agent's outputs
         data = path.read_bytes()
         per_line = [e for line in data.split(b"\n") for e in error_lines(line.decode("utf-8", "replace"))]
         assert error_lines_in_chunk(data) == per_line, path.name

@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 AGENT_TEXTS: tuple[str, ...] = tuple(
-    p.read_text(encoding="utf-8") for p in sorted((FIXTURES / "agent").iterdir()) if p.is_file()
+    p.read_text(encoding="utf-8") for p in sorted((FIXTURES / "agent").rglob("*")) if p.is_file() and p.suffix != ".md"
 )
 
 
@@ -150,7 +150,7 @@ def _mutate_json(value: Any, draw: st.DrawFn, depth: int = 0) -> Any:
 
 @st.composite
 def mutated_agent_output(draw: st.DrawFn) -> str:
-    """A realistic Claude output (tests/fixtures/agent) with a few lines cut, dropped, repeated, added or edited."""
+    """A realistic agent output (tests/fixtures/agent) with a few lines cut, dropped, repeated, added or edited."""
     lines = draw(st.sampled_from(AGENT_TEXTS)).split("\n")
     for _ in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(["json", "json", "cut", "insert", "dup", "drop"]))

@@ -1,23 +1,18 @@
-"""Reading agent output: replies, status blocks, tokens, failed calls, usage limits and blocked errors."""
+"""The Claude Code adapter: replies, status blocks, tokens, dollars, failed calls, usage limits and blocked errors,
+from recorded json, stream-json and text outputs (tests/fixtures/agent/claude)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ralph_supervisor.evidence.replies import (
-    AgentOutput,
-    classify_line,
-    parse_agent_output,
-    parse_status_block,
-    strip_status_block,
-)
+from ralph_supervisor.agents.base import AgentOutput, parse_status_block, strip_status_block
+from tests.helpers.agents import FIXTURES as ALL_FIXTURES, classify_line, claude_output as parse_agent_output
 
-FIXTURES = Path(__file__).parent / "fixtures" / "agent"
+FIXTURES = ALL_FIXTURES / "claude"
 
 
 def parse(name: str, timed_out: bool = False) -> AgentOutput:
