@@ -10,7 +10,6 @@ what it can and says what it could not read.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -30,6 +29,16 @@ from rich.text import Text
 
 from ralph_supervisor import control
 from ralph_supervisor.files import state_json
+from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's helpers live there
+    as_float,
+    as_int,
+    as_opt_int,
+    as_text,
+    duration,
+    human_bytes,
+    parse_json_lines,
+    parse_time,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -106,71 +115,6 @@ class Snapshot:
 
 # ---------------------------------------------------------------------------------------------
 # Pure: from raw records to rows
-
-
-def as_int(value: Any) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value == value and abs(value) < 1e18:
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(float(value))
-        except ValueError:
-            return 0
-    if isinstance(value, (list, tuple, dict)):
-        return len(value)  # `errors` may be the error lines themselves
-    return 0
-
-
-def as_opt_int(value: Any) -> int | None:
-    """A number when there is one; None (shown as `?`) for missing or non-numeric values."""
-    if value is None or isinstance(value, (list, tuple, dict)):
-        return None
-    if isinstance(value, str):
-        try:
-            return int(float(value))
-        except ValueError:
-            return None
-    return as_int(value)
-
-
-def as_float(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        return None
-    return result if result == result and abs(result) != float("inf") else None
-
-
-def as_text(value: Any, limit: int = 200) -> str:
-    if value is None:
-        return ""
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def parse_json_lines(lines: Iterable[bytes]) -> tuple[list[dict[str, Any]], int]:
-    """JSON objects of the lines, and how many non-blank lines were not one."""
-    records: list[dict[str, Any]] = []
-    bad = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            bad += 1
-            continue
-        if isinstance(value, dict):
-            records.append(value)
-        else:
-            bad += 1
-    return records, bad
 
 
 def is_iteration_finished(record: Mapping[str, Any]) -> bool:
@@ -290,22 +234,6 @@ def breaker_view(state: Mapping[str, Any] | None, status: Mapping[str, Any] | No
     return view
 
 
-def parse_time(value: Any) -> float | None:
-    """Epoch seconds from an epoch number or an ISO-8601 string (`Z` or offset; naive means UTC)."""
-    number = as_float(value) if not isinstance(value, str) else None
-    if number is not None:
-        return number
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.timestamp()
-
-
 def clock(value: Any) -> str:
     """HH:MM:SS in local time, or the raw text when it is not a time."""
     moment = parse_time(value)
@@ -315,28 +243,6 @@ def clock(value: Any) -> str:
         return dt.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
     except (OverflowError, OSError, ValueError):
         return as_text(value, 20)
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
