@@ -16,6 +16,7 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from ralph_supervisor.breaker import Decision, State
@@ -222,7 +223,7 @@ def split_runs(events: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, An
     current: list[Mapping[str, Any]] = []
     started = stopped = swept = False
     for event in events:
-        name = event.get("event")
+        name = _name(event)
         begins = (stopped or (name == "supervisor_started" and started)
                   or (name == "orphans_swept" and (started or swept)))
         if current and begins:
@@ -237,13 +238,18 @@ def split_runs(events: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, An
     return runs
 
 
+def _name(record: Mapping[str, Any]) -> str:
+    name = record.get("event")
+    return name if isinstance(name, str) else ""
+
+
 def _ts(record: Mapping[str, Any]) -> float | None:
     return parse_time(record.get("ts") or record.get("timestamp"))
 
 
 def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
-    started = next((e for e in events if e.get("event") == "supervisor_started"), None)
-    stopped = next((e for e in reversed(events) if e.get("event") == "supervisor_stopped"), None)
+    started = next((e for e in events if _name(e) == "supervisor_started"), None)
+    stopped = next((e for e in reversed(events) if _name(e) == "supervisor_stopped"), None)
     times = [t for t in (_ts(e) for e in events) if t is not None]
     command = started.get("command") if started else None
     budgets = started.get("budgets") if started else None
@@ -256,9 +262,9 @@ def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
         workspace=as_text(started.get("workspace"), 500) if started else "",
         command=tuple(str(c) for c in command) if isinstance(command, list) else (),
         budgets=budgets if isinstance(budgets, Mapping) else {},
-        child_starts=sum(1 for e in events if e.get("event") == "child_started"),
-        child_codes=tuple(as_int(e.get("code")) for e in events if e.get("event") == "child_exited"),
-        stop_reasons=tuple(as_text(e.get("reason"), 40) for e in events if e.get("event") == "tree_stopped"),
+        child_starts=sum(1 for e in events if _name(e) == "child_started"),
+        child_codes=tuple(as_int(e.get("code")) for e in events if _name(e) == "child_exited"),
+        stop_reasons=tuple(as_text(e.get("reason"), 40) for e in events if _name(e) == "tree_stopped"),
         events=tuple(events),
     )
 
@@ -316,7 +322,7 @@ def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
         finished: dict[int, Mapping[str, Any]] = {}
         order: list[int] = []
         for event in run.events:
-            name = event.get("event")
+            name = _name(event)
             number = as_opt_int(event.get("iteration"))
             if number is None or name not in ("iteration_started", "iteration_finished"):
                 continue
@@ -368,7 +374,7 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
     else:
         result = "running" if current else "unfinished"
     tokens = as_opt_int(done.get("tokens")) if "tokens" in done else as_opt_int(attempt.get("tokensUsed"))
-    row = IterationRow(
+    fields: dict[str, Any] = dict(
         position=position,
         number=number,
         run=run,
@@ -397,8 +403,14 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
         status=_status_block(done.get("status_block")),
         returned_to=as_opt_int(done.get("returned_to")),
     )
-    label = result if result in ("running", "unfinished") else outcome(as_iteration_report(row))
-    return replace(row, label=label)
+    if result in ("running", "unfinished"):
+        label = result
+    else:  # escalation's words, from the fields they read
+        label = outcome(IterationReport(number, 0.0, 0.0, **{k: fields[k] for k in _OUTCOME_FIELDS}))
+    return IterationRow(**fields, label=label)
+
+
+_OUTCOME_FIELDS = ("files_changed", "commits", "failed", "usage_limited", "blocked", "cut_short", "completed")
 
 
 def as_iteration_report(row: IterationRow) -> IterationReport:
@@ -520,7 +532,7 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             marks.append(Mark("run_start", axis.x(run.started_at), run.started_at, None,
                               f"supervisor started again (run {run.index})"))
         for event in run.events:
-            name = event.get("event")
+            name = _name(event)
             t = _ts(event)
             if name == "child_started":
                 if not first_child:
@@ -646,7 +658,7 @@ def limit_until(state: Mapping[str, Any], run: RunInfo | None, now: float) -> fl
         return None
     waiting: float | None = None
     for event in run.events:
-        name = event.get("event")
+        name = _name(event)
         if name == "limit_wait_started":
             waiting = parse_time(event.get("until") or event.get("limit_until")) or float("inf")
         elif name in LIMIT_END_EVENTS or name == "iteration_started":
@@ -670,10 +682,15 @@ def error_groups(rows: Sequence[IterationRow]) -> list[ErrorGroup]:
             counts[sig] += 1
             first.setdefault(sig, row.number)
             last[sig] = row.number
-            if sig not in sample and row.first_error and error_signature(row.first_error) == sig:
+            if sig not in sample and row.first_error and len(set(row.signatures)) == 1:
                 sample[sig] = row.first_error
     ordered = sorted(counts.items(), key=lambda item: (-item[1], first[item[0]]))
     return [ErrorGroup(sig, n, first[sig], last[sig], sample.get(sig, "")) for sig, n in ordered]
+
+
+@lru_cache(maxsize=4096)
+def _names_a_blocker(text: str) -> bool:
+    return states_a_blocker(text)
 
 
 def blocker_statements(row: IterationRow) -> list[str]:
@@ -685,7 +702,7 @@ def blocker_statements(row: IterationRow) -> list[str]:
     if status.get("STATUS", "").strip().upper() == "BLOCKED":
         said.append(status.get("RECOMMENDATION") or row.reply or row.action or "STATUS: BLOCKED")
     text = row.reply or row.action
-    if text and not row.blocked and states_a_blocker(text) and text not in said:
+    if text and not row.blocked and _names_a_blocker(text) and text not in said:
         said.append(text)
     return [as_text(s, 300) for s in said if s]
 
@@ -722,7 +739,7 @@ def hygiene(runs: Sequence[RunInfo]) -> Hygiene:
     pids: list[int] = []
     for run in runs:
         for event in run.events:
-            name = event.get("event")
+            name = _name(event)
             if name == "orphans_swept":
                 swept += as_int(event.get("count"))
             elif name == "tree_stopped":
