@@ -281,6 +281,8 @@ def _secrets_in(url: str) -> list[str]:
 
 
 def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` without the URL's secret pieces, nor the request path that requests' errors quote."""
+    text = re.sub(r"(with url: )\S+", r"\1***", text)
     for secret in secrets:
         text = text.replace(secret, "***")
     return text

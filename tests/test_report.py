@@ -342,3 +342,76 @@ def test_every_verdict_is_one_line_that_names_the_iteration() -> None:
                        ("stopped", "request"), ("stopped", "signal"), ("ended", "")]:
         line = verdict_line(status, by, trigger="same-error", iteration=7, code=1)
         assert "\n" not in line and "7" in line, (status, by, line)
+
+
+# -- the supervisor writes report.html and notifies, end to end ---------------------------------------
+
+
+@pytest.mark.slow
+def test_the_supervisor_writes_report_html_and_notifies_each_event_once_without_leaking_urls(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.helpers.supervise import LOOP, loop_env, run
+
+    posts: list[tuple[str, dict[str, object]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            posts.append((self.path, json.loads(body)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    port = server.server_address[1]
+    workspace = tmp_path / "proj"
+    workspace.mkdir()
+    try:
+        done = run(workspace, "--no-echo", "--log-format", "json", "--notify-desktop", "false", "--grace", "1",
+                   "--cooldown", "0.02", "--max-opens", "2",
+                   "--notify", f"json://127.0.0.1:{port}/apprise/SECRETAAAA",
+                   "--notify", f"mmost://127.0.0.1:{port}/SECRETBBBB",
+                   "--notify-webhook", f"http://127.0.0.1:{port}/hooks/SECRETCCCC",
+                   "--", str(LOOP), env=loop_env("stuck"), timeout=90)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    state_dir = workspace / ".ralph-supervise"
+    html = state_dir / "report.html"
+    page = html.read_text()
+    assert "Stopped for good by the breaker (no-progress)" in page and 0 < len(page) < 2_000_000
+
+    by_path: dict[str, list[dict[str, object]]] = {}
+    for path, body in posts:
+        by_path.setdefault(path, []).append(body)
+    apprise_kinds = [b["title"] for b in by_path[f"/apprise/SECRETAAAA"]]
+    assert apprise_kinds == ["ralph proj: breaker OPEN (no-progress)", "ralph proj: loop stopped for good (no-progress)"]
+    final = by_path["/apprise/SECRETAAAA"][1]["message"]
+    assert str(final).startswith("Stopped for good by the breaker (no-progress) at iteration ")
+    assert f"Report: {html}" in str(final)
+    assert len(by_path["/hooks/SECRETBBBB"]) == 2  # the Slack-style endpoint: the same two events
+    webhook = [str(b["text"]).splitlines()[0] for b in by_path["/hooks/SECRETCCCC"]]
+    assert webhook == ["*ralph proj: breaker OPEN (no-progress)*", "*ralph proj: breaker HALF_OPEN, trial next*",
+                       "*ralph proj: loop stopped for good (no-progress)*"]
+
+    leaks = [name for name, text in (("stderr", done.stderr.decode()), ("stdout", done.stdout.decode()),
+                                     ("events.jsonl", (state_dir / "events.jsonl").read_text()),
+                                     ("report.html", page)) if "SECRET" in text]
+    assert leaks == []
+
+    code, out, _ = run_main(state_dir)
+    assert code == 0 and "**Stopped for good by the breaker (no-progress) at iteration" in out
+    assert f"| HTML report | `{html}` |" in out
+
+    bad = subprocess.run([sys.executable, "-m", "ralph_supervisor", "--notify", "slak://T0/B0/SECRETDDDD", "--",
+                          "true"], cwd=workspace, capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                         timeout=60)
+    assert bad.returncode == 1
+    assert bad.stderr.decode().count("\n") == 1 and b"--notify" in bad.stderr and b"SECRET" not in bad.stderr
