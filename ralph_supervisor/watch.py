@@ -43,6 +43,8 @@ from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's he
 log = structlog.get_logger(__name__)
 
 TIMELINE_ROWS = 15
+SPARK_ITERATIONS = 60
+"""The sparkline in the header covers this many of the last iterations."""
 TRANSITION_ROWS = 8
 PROCESS_ROWS = 12
 TAIL_BYTES = 1024 * 1024
@@ -111,6 +113,10 @@ class Snapshot:
     processes: tuple[ProcessRow, ...]
     notes: tuple[str, ...] = ()
     state_dir_exists: bool = True
+    recent: tuple[Mapping[str, Any], ...] = ()
+    """The last `iteration_finished` records (for the sparkline and the spend), oldest first."""
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+    """The run's budgets, from its `supervisor_started` event, when it is still in the log's tail."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,6 +138,35 @@ def iteration_row(record: Mapping[str, Any]) -> IterationRow:
         tokens=as_int(record.get("tokens")),
         outcome=as_text(record.get("outcome"), 20) or "?",
     )
+
+
+def is_supervisor_started(record: Mapping[str, Any]) -> bool:
+    return record.get("event") == "supervisor_started"
+
+
+def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
+    """The report's timeline in small: changes (files and commits) and errors of the last iterations."""
+    from ralph_supervisor.report.account import sparkline
+
+    rows = list(recent)[-width:]
+    changes = [float(as_int(r.get("files_changed")) + as_int(r.get("commits"))) for r in rows]
+    errors = [float(as_int(r.get("errors")) or (1 if r.get("failed") is True else 0)) for r in rows]
+    return sparkline(changes, width), sparkline(errors, width), len(rows)
+
+
+def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], budgets: Mapping[str, Any]) -> str:
+    """Tokens and dollars spent this run, against the budgets when they are known."""
+    from ralph_supervisor.report.account import dollars, share
+
+    tokens = as_int(view.get("tokens_used"))
+    line = f"{share(tokens, as_int(budgets.get('token_budget')))} tokens"
+    cost = as_float(view.get("cost_usd"))
+    if cost is None:
+        costs = [c for c in (as_float(r.get("cost_usd")) for r in recent) if c is not None]
+        cost = sum(costs) if costs else None
+    if cost is not None or as_float(budgets.get("cost_budget")):
+        line += f" · {dollars(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
+    return line
 
 
 def timeline(records: Iterable[Mapping[str, Any]], limit: int = TIMELINE_ROWS) -> tuple[IterationRow, ...]:
@@ -304,6 +339,15 @@ def _header(snap: Snapshot, now: float) -> Panel:
         f"tokens {as_int(view.get('tokens_used')):,}"
     )
     grid.add_row("counters", counters)
+    changes, errors, count = sparklines(snap.recent)
+    if count:
+        recent = Text("changes ", style="dim")
+        recent.append(changes, style="green")
+        recent.append("  errors ", style="dim")
+        recent.append(errors, style="red")
+        recent.append(f"  (last {count})", style="dim")
+        grid.add_row("recent", recent)
+    grid.add_row("spend", Text(spend_line(view, snap.recent, snap.budgets)))
     grid.add_row("supervisor", _supervisor_line(view, snap.live))
     child = view.get("child")
     if isinstance(child, Mapping):
@@ -518,10 +562,13 @@ class Watcher:
     state_dir: Path
     _events: JsonlFollower = field(init=False)
     _history: JsonlFollower = field(init=False)
+    _started: JsonlFollower = field(init=False)
     _cpu: CpuSample = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished, TIMELINE_ROWS * 4)
+        self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished,
+                                     max(TIMELINE_ROWS * 4, SPARK_ITERATIONS))
+        self._started = JsonlFollower(self.state_dir / "events.jsonl", is_supervisor_started, 1)
         self._history = JsonlFollower(self.state_dir / "history.jsonl", lambda r: True, TRANSITION_ROWS)
 
     def snapshot(self, now: float) -> Snapshot:
@@ -548,11 +595,18 @@ class Watcher:
             live=status is not None,
             current=current_iteration(status, now),
             iterations=timeline(events),
+            recent=tuple(events[-SPARK_ITERATIONS:]),
+            budgets=_budgets(self._started.poll()),
             transitions=transitions(history),
             processes=tree,
             notes=tuple(notes),
             state_dir_exists=exists,
         )
+
+
+def _budgets(started: list[dict[str, Any]]) -> Mapping[str, Any]:
+    budgets = started[-1].get("budgets") if started else None
+    return budgets if isinstance(budgets, Mapping) else {}
 
 
 def _console() -> Console:
