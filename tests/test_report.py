@@ -415,3 +415,30 @@ def test_the_supervisor_writes_report_html_and_notifies_each_event_once_without_
                          timeout=60)
     assert bad.returncode == 1
     assert bad.stderr.decode().count("\n") == 1 and b"--notify" in bad.stderr and b"SECRET" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_report_html_is_written_at_an_open_while_paused_and_again_at_exit(tmp_path: Path) -> None:
+    from tests.helpers.supervise import LOOP, loop_env, start, wait_for
+
+    workspace = tmp_path / "proj"
+    workspace.mkdir()
+    state_dir = workspace / ".ralph-supervise"
+    html = state_dir / "report.html"
+    proc = start(workspace, "--no-echo", "--log-format", "json", "--notify-desktop", "false", "--grace", "1",
+                 "--cooldown", "30", "--", str(LOOP), env=loop_env("stuck"))
+    try:
+        wait_for(lambda: html.exists() and "Paused by the breaker (no-progress)" in html.read_text(), timeout=60,
+                 what="report.html written at the open, saying the loop is paused")
+        code, out, _ = run_main(state_dir)
+        assert code == 0 and "**Paused by the breaker (no-progress) at iteration 3: it tries again after the " \
+                              "cooldown at " in out
+        stop = subprocess.run([sys.executable, "-m", "ralph_supervisor", "stop", "-w", str(workspace)],
+                              capture_output=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Stopped on request (`ralph-supervise stop`) at iteration 3." in html.read_text()

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -37,6 +39,7 @@ __all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_s
 log = structlog.get_logger(__name__)
 
 REPORT_FILE = "report.html"
+RENDER_TIMEOUT = 60.0
 
 
 def parse_since(text: str, now: float) -> float:
@@ -108,17 +111,20 @@ def write_report(state_dir: Path, *, spawned: Callable[[int], None] | None = Non
 
 
 class ReportWriter:
-    """Rewrites `report.html` on a thread of its own, so a render never delays the supervisor.
+    """Rewrites `report.html` in a process of its own, started from a thread of its own.
 
-    `request()` returns at once; requests that arrive while a render runs are folded into one more
-    render after it (the newest state is what counts). A failed render is logged once per kind of
-    error and never raised. `spawned`/`done` are told each git process's pid (to keep it out of the tree).
+    Why a process: a long run's report reads tens of MB of records; in the supervisor that would raise
+    its memory for good and compete for its interpreter lock. `request()` returns at once; requests that
+    arrive while a render runs are folded into one more render after it (the newest state is what counts).
+    A failed render is logged once per kind of failure, never raised. `spawned`/`done` are told the
+    render's pid (the supervisor keeps it, and the git it runs, out of the supervised tree).
     """
 
     def __init__(self, state_dir: Path, *, spawned: Callable[[int], None] | None = None,
-                 done: Callable[[int], None] | None = None) -> None:
+                 done: Callable[[int], None] | None = None, timeout: float = RENDER_TIMEOUT) -> None:
         self.state_dir = state_dir
         self._spawned, self._done = spawned, done
+        self._timeout = timeout
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-report")
         self._lock = threading.Lock()
         self._pending: concurrent.futures.Future[None] | None = None
@@ -135,18 +141,38 @@ class ReportWriter:
                 pass
 
     def _render(self) -> None:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         try:
-            write_report(self.state_dir, spawned=self._spawned, done=self._done)
-            self.written += 1
-        except Exception as exc:  # noqa: BLE001 - a report is a courtesy; supervision goes on
-            kind = type(exc).__name__
-            if kind not in self._warned:
-                self._warned.add(kind)
-                log.warning("report_unwritable", error=str(exc)[:300])
+            proc = subprocess.Popen([sys.executable, "-m", "ralph_supervisor.report", str(self.state_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    env=env, process_group=0)
+        except OSError as exc:
+            self._warn("spawn", f"cannot start the report renderer: {exc.strerror or exc}")
+            return
+        if self._spawned is not None:
+            self._spawned(proc.pid)
+        try:
+            _, err = proc.communicate(timeout=self._timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            self._warn("timeout", f"the report took longer than {self._timeout:g} s and was stopped")
+            return
         finally:
-            from ralph_supervisor.memory import release_free_memory
+            if self._done is not None:
+                self._done(proc.pid)
+        if proc.returncode == 0:
+            self.written += 1
+        else:
+            lines = err.decode("utf-8", "replace").strip().splitlines()
+            self._warn(f"exit {proc.returncode}", lines[-1][:300] if lines else f"exit {proc.returncode}")
 
-            release_free_memory()
+    def _warn(self, kind: str, error: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("report_unwritable", error=error)
 
     def close(self, timeout: float = 10.0) -> None:
         """Let a render in progress finish (at most `timeout`), then stop the thread."""

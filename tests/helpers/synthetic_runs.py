@@ -31,7 +31,7 @@ ERRORS = [
 
 
 def write_run(state_dir: Path, iterations: int, *, seed: int = 7, open_every: int = 100,
-              start: float = 1796100000.0) -> None:
+              start: float = 1796100000.0, workspace: str = "/srv/proj") -> None:
     rng = random.Random(seed)
     state_dir.mkdir(parents=True, exist_ok=True)
     events = RotatingFile(state_dir / "events.jsonl", EVENTS_MAX_BYTES, EVENTS_TOTAL_BYTES, whole_lines=True)
@@ -48,7 +48,7 @@ def write_run(state_dir: Path, iterations: int, *, seed: int = 7, open_every: in
                                    "trigger": trigger, "reason": reason}))
 
     log("orphans_swept", t, count=0)
-    log("supervisor_started", t, pid=4242, workspace="/srv/proj", state_dir=str(state_dir),
+    log("supervisor_started", t, pid=4242, workspace=workspace, state_dir=str(state_dir),
         command=["./ralph_loop.sh"], budgets={"token_budget": iterations * 2000, "cost_budget": 0.0,
                                                "max_iterations": 0, "on_open": "pause", "name": "proj"})
     log("child_started", t, pid=4243)
