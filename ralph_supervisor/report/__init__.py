@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +37,6 @@ __all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_s
 log = structlog.get_logger(__name__)
 
 REPORT_FILE = "report.html"
-RENDER_TIMEOUT = 60.0
 
 
 def parse_since(text: str, now: float) -> float:
@@ -102,88 +99,74 @@ def write_html(account: Account, path: Path) -> int:
 
 
 def write_report(state_dir: Path, *, spawned: Callable[[int], None] | None = None,
-                 done: Callable[[int], None] | None = None) -> Path:
-    """`state_dir/report.html` from what the folder holds now (its latest run)."""
+                 done: Callable[[int], None] | None = None,
+                 still_wanted: Callable[[], bool] | None = None) -> Path | None:
+    """`state_dir/report.html` from what the folder holds now (its latest run); None when `still_wanted`
+    said no just before writing (a newer report is on its way)."""
     path = state_dir / REPORT_FILE
     account = collect(state_dir, spawned=spawned, done=done)
-    write_html(dataclasses.replace(account, report_html=str(path)), path)
+    page = render_html(dataclasses.replace(account, report_html=str(path))).encode("utf-8")
+    if still_wanted is not None and not still_wanted():
+        return None
+    store.atomic_write_bytes(path, page)
     return path
 
 
 class ReportWriter:
-    """Rewrites `report.html` in a process of its own, started from a thread of its own.
+    """Rewrites `report.html` on a thread of its own, so a render never delays the supervisor.
 
-    Why a process: a long run's report reads tens of MB of records; in the supervisor that would raise
-    its memory for good and compete for its interpreter lock. `request()` returns at once; requests that
-    arrive while a render runs are folded into one more render after it (the newest state is what counts).
-    A failed render is logged once per kind of failure, never raised. `spawned`/`done` are told the
-    render's pid (the supervisor keeps it, and the git it runs, out of the supervised tree).
+    `request()` returns at once; requests that arrive while a render runs are folded into one more render
+    after it (the newest state is what counts). A failed render is logged once per kind of error, never
+    raised. `spawned`/`done` are told each git process's pid (the supervisor keeps them out of its tree).
+    A render holds a long run's records for a moment (about 60 MiB at 10,000 iterations); the freed heap
+    is handed back to the system after each render.
     """
 
     def __init__(self, state_dir: Path, *, spawned: Callable[[int], None] | None = None,
-                 done: Callable[[int], None] | None = None, timeout: float = RENDER_TIMEOUT) -> None:
+                 done: Callable[[int], None] | None = None) -> None:
         self.state_dir = state_dir
         self._spawned, self._done = spawned, done
-        self._timeout = timeout
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-report")
         self._lock = threading.Lock()
         self._pending: concurrent.futures.Future[None] | None = None
         self._warned: set[str] = set()
+        self._closing = False
         self.written = 0
 
     def request(self) -> None:
         with self._lock:
+            if self._closing:
+                return
             if self._pending is not None and not self._pending.running() and not self._pending.done():
                 return  # a render is queued and will see the newest state
-            try:
-                self._pending = self._pool.submit(self._render)
-            except RuntimeError:  # closed
-                pass
+            self._pending = self._pool.submit(self._render)
 
     def _render(self) -> None:
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "ralph_supervisor.report", str(self.state_dir)],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    env=env, process_group=0)
-        except OSError as exc:
-            self._warn("spawn", f"cannot start the report renderer: {exc.strerror or exc}")
-            return
-        if self._spawned is not None:
-            self._spawned(proc.pid)
-        try:
-            _, err = proc.communicate(timeout=self._timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            self._warn("timeout", f"the report took longer than {self._timeout:g} s and was stopped")
-            return
-        finally:
-            if self._done is not None:
-                self._done(proc.pid)
-        if proc.returncode == 0:
-            self.written += 1
-        else:
-            lines = err.decode("utf-8", "replace").strip().splitlines()
-            self._warn(f"exit {proc.returncode}", lines[-1][:300] if lines else f"exit {proc.returncode}")
+        from ralph_supervisor.memory import release_free_memory
 
-    def _warn(self, kind: str, error: str) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            log.warning("report_unwritable", error=error)
+        try:
+            if write_report(self.state_dir, spawned=self._spawned, done=self._done,
+                            still_wanted=lambda: not self._closing) is not None:
+                self.written += 1
+        except Exception as exc:  # noqa: BLE001 - a report is a courtesy; supervision goes on
+            kind = type(exc).__name__
+            if kind not in self._warned:
+                self._warned.add(kind)
+                log.warning("report_unwritable", error=str(exc)[:300])
+        finally:
+            release_free_memory()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Let a render in progress finish (at most `timeout`), then stop the thread."""
+        """Let a render in progress finish (at most `timeout`); none starts or writes after this."""
         with self._lock:
+            self._closing = True
             pending = self._pending
+        self._pool.shutdown(wait=False, cancel_futures=True)
         if pending is not None:
             try:
                 pending.result(timeout=timeout)
-            except (concurrent.futures.TimeoutError, Exception):  # noqa: BLE001
+            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError, Exception):  # noqa: BLE001
                 pass
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def main(state_dir: Path, *, html: Path | None = None, as_json: bool = False, since: str | None = None) -> int:

@@ -599,14 +599,18 @@ def verdict_line(status: str, by: str, *, trigger: str = "none", iteration: int 
 
 
 def judge(runs: Sequence[RunInfo], state: Mapping[str, Any] | None, rows: Sequence[IterationRow],
-          running: bool, now: float) -> Verdict:
-    """Where the latest run stands: running (and how), or how it ended."""
+          running: bool, now: float, history: Sequence[Mapping[str, Any]] = ()) -> Verdict:
+    """Where the latest run stands: running (and how), or how it ended. An open is told at the iteration
+    that opened it (the history's), not at the one that had just started when the tree froze."""
     s = state or {}
     run = runs[-1] if runs else None
     breaker = as_text(s.get("state"), 20) or "CLOSED"
     trigger = as_text(s.get("trigger"), 40) or "none"
     reason = as_text(s.get("reason"), 400)
     iteration = as_int(s.get("iteration")) or (rows[-1].number if rows else 0)
+    last = history[-1] if history else None
+    if breaker == "OPEN" and last is not None and last.get("to") == "OPEN":
+        iteration = as_opt_int(last.get("iteration")) or iteration
     opened = parse_time(s.get("opened_at"))
     cooldown = as_float(s.get("cooldown_s")) or 0.0
     budgets = run.budgets if run else {}
@@ -823,7 +827,7 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
     history = [h for h in records.history if start is None or (_ts(h) or 0.0) >= start - 1.0]
     rows = iteration_rows(runs, records.ledger, history, running)
     marks, bands = timeline_marks(rows, history, runs, now, (records.state or {}).get("final") is True)
-    verdict = judge(runs, records.state, rows, running, now)
+    verdict = judge(runs, records.state, rows, running, now, history)
     workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(records.state_dir.parent)
     residual, decide, steps = what_next(verdict, records.state, rows, workspace)
     name = next((as_text(r.budgets.get("name"), 60) for r in reversed(runs) if r.budgets.get("name")), "")
