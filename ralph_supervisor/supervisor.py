@@ -34,9 +34,9 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from pathlib import Path
 import structlog
 
 from ralph_supervisor import files, store

@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ralph_supervisor.text import one_line
+
 
 def as_int(value: Any) -> int:
     if isinstance(value, bool):
@@ -53,10 +55,8 @@ def as_float(value: Any) -> float | None:
 
 
 def as_text(value: Any, limit: int = 200) -> str:
-    if value is None:
-        return ""
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """One line of at most `limit` characters; "" for a missing value."""
+    return "" if value is None else one_line(value, limit)
 
 
 def parse_json_lines(lines: Iterable[bytes]) -> tuple[list[dict[str, Any]], int]:

@@ -391,7 +391,7 @@ def test_the_supervisor_writes_report_html_and_notifies_each_event_once_without_
     by_path: dict[str, list[dict[str, object]]] = {}
     for path, body in posts:
         by_path.setdefault(path, []).append(body)
-    apprise_kinds = [b["title"] for b in by_path[f"/apprise/SECRETAAAA"]]
+    apprise_kinds = [b["title"] for b in by_path["/apprise/SECRETAAAA"]]
     assert apprise_kinds == ["ralph proj: breaker OPEN (no-progress)", "ralph proj: loop stopped for good (no-progress)"]
     final = by_path["/apprise/SECRETAAAA"][1]["message"]
     assert str(final).startswith("Stopped for good by the breaker (no-progress) at iteration ")

@@ -28,10 +28,10 @@ from ralph_supervisor.escalation import (
     outcome,
     states_a_blocker,
 )
-from ralph_supervisor.evidence.paraphrase import jaccard, word_set
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.report.sources import GitFacts, Records
 from ralph_supervisor.signature import error_signature
+from ralph_supervisor.similarity import jaccard, word_set
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
 
 BLOCKER_SIMILARITY = 0.5

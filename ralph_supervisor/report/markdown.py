@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ralph_supervisor.breaker import one_line
 from ralph_supervisor.report.account import (
     Account,
     IterationRow,
@@ -16,6 +15,7 @@ from ralph_supervisor.report.account import (
     sparkline,
     stamp,
 )
+from ralph_supervisor.text import one_line
 from ralph_supervisor.values import duration
 
 TIMELINE_ROWS = 30

@@ -1,5 +1,5 @@
-"""Everything the report reads, in one place: the state folder's files, the workspace's git, and the
-fields the supervisor writes into its events for the report.
+"""Everything the report reads, in one place: the state folder's files (named by their owners in `files/`),
+the workspace's git, and the fields the supervisor writes into its events for the report.
 
 The report only reads. Every file may be missing, half-written, rotated or damaged: a reader returns what
 it could read and one warning line per file that was not whole (never an exception, never a move aside:
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor import store
+from ralph_supervisor.files import escalation_md, events_jsonl, history_jsonl, ledger_json, state_json
+from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.iteration import IterationReport
 
 MAX_ROTATED = 1000
@@ -99,13 +100,13 @@ def read_records(state_dir: Path) -> Records:
     warnings: list[str] = []
     state, warning = read_state(state_dir)
     warnings += [warning] if warning else []
-    history, more = read_jsonl(state_dir / store.HISTORY_FILE)
+    history, more = read_jsonl(history_jsonl.path(state_dir))
     warnings += more
-    events, more = read_jsonl(state_dir / store.EVENTS_FILE, EVENTS_READ)
+    events, more = read_jsonl(events_jsonl.path(state_dir), EVENTS_READ)
     warnings += more
     ledger, warning = read_ledger(state_dir)
     warnings += [warning] if warning else []
-    escalation = state_dir / store.ESCALATION_FILE
+    escalation = escalation_md.path(state_dir)
     return Records(
         state_dir=state_dir,
         state=state,
@@ -113,28 +114,23 @@ def read_records(state_dir: Path) -> Records:
         events=events,
         ledger=ledger,
         escalation=escalation if escalation.is_file() else None,
-        running_pid=store.running_supervisor_pid(state_dir) if state_dir.is_dir() else None,
+        running_pid=running_supervisor_pid(state_dir) if state_dir.is_dir() else None,
         warnings=warnings,
     )
 
 
 def read_state(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """`state.json` checked like the supervisor reads it (`breaker.Snapshot.from_dict`), plus its extra keys."""
+    """`state.json` as its owner reads it, checked as the supervisor would (`breaker.Snapshot.from_dict`);
+    keys the snapshot does not know (`limit_until`, `cost_usd`, ...) are kept."""
     from ralph_supervisor.breaker import Snapshot
 
-    path = state_dir / store.STATE_FILE
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None, None
-    except (OSError, ValueError, RecursionError) as exc:
-        return None, f"{path.name} is unreadable ({str(exc)[:120]}): the breaker's state is not shown"
-    if not isinstance(data, dict):
-        return None, f"{path.name} is not a JSON object: the breaker's state is not shown"
+    data, note = state_json.read_dict(state_dir)
+    if data is None:
+        return None, (f"{note}: the breaker's state is not shown" if note else None)
     try:
         snapshot = Snapshot.from_dict(data.get("breaker", data)).to_dict()
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-        return None, f"{path.name}: {str(exc)[:160]}: the breaker's state is not shown"
+        return None, f"{state_json.NAME}: {str(exc)[:160]}: the breaker's state is not shown"
     extras = {k: v for k, v in data.items() if k not in snapshot}
     return {**extras, **snapshot}, None
 
@@ -195,7 +191,7 @@ def read_jsonl(path: Path, wanted: frozenset[str] | None = None) -> tuple[list[d
 
 def read_ledger(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
     """The attempts of the supervisor's own `ledger.json` (one per iteration: action, outcome, error, tokens)."""
-    path = state_dir / store.LEDGER_FILE
+    path = ledger_json.path(state_dir)
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:

@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from ralph_supervisor.logging import EVENTS_MAX_BYTES, EVENTS_TOTAL_BYTES
+from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.store import iso_utc
 
@@ -34,7 +34,8 @@ def write_run(state_dir: Path, iterations: int, *, seed: int = 7, open_every: in
               start: float = 1796100000.0, workspace: str = "/srv/proj") -> None:
     rng = random.Random(seed)
     state_dir.mkdir(parents=True, exist_ok=True)
-    events = RotatingFile(state_dir / "events.jsonl", EVENTS_MAX_BYTES, EVENTS_TOTAL_BYTES, whole_lines=True)
+    events = RotatingFile(events_jsonl.path(state_dir), events_jsonl.MAX_BYTES, events_jsonl.TOTAL_BYTES,
+                          whole_lines=True)
     history: list[str] = []
     attempts: list[dict[str, object]] = []
     t = start
