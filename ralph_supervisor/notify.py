@@ -30,7 +30,7 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -496,11 +496,13 @@ class Notifier:
         queue_size: int = 32,
         backoff_base: float = 0.5,
         report: str = "",
+        on_open: str = "pause",
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._env = dict(os.environ if env is None else env)
         self.report = report
+        self.on_open = on_open
         channels: list[_Channel] = []
         notify_send = self._find_notify_send() if desktop else None
         if notify_send is not None:
@@ -524,7 +526,7 @@ class Notifier:
         from ralph_supervisor.report import REPORT_FILE
 
         notifier = cls(webhook_url=settings.notify_webhook, urls=settings.notify, desktop=settings.notify_desktop,
-                       report=str(settings.state_dir / REPORT_FILE))
+                       report=str(settings.state_dir / REPORT_FILE), on_open=settings.on_open)
         if notifier.endpoints:
             log.info("notify_endpoints", endpoints=list(notifier.endpoints))
         return notifier
@@ -560,6 +562,10 @@ class Notifier:
         (the same `key`, or the same notice) is not sent again."""
         if not self._outboxes:
             return
+        if notice.kind == "open" and notice.trigger != "manual" and self.on_open in ("kill", "stop"):
+            # What an open does depends on --on-open: the tree is stopped, to restart or for good.
+            status, by = ("paused", "restart") if self.on_open == "kill" else ("stopped", "breaker")
+            notice = replace(notice, verdict=_verdict(status, by, notice.trigger, notice.iteration))
         key = notice.key or repr(notice)
         with self._lock:
             if self._closed:

@@ -159,13 +159,13 @@ def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], bud
     from ralph_supervisor.report.account import dollars, share
 
     tokens = as_int(view.get("tokens_used"))
-    line = f"{share(tokens, as_int(budgets.get('token_budget')))} tokens"
+    line = f"tokens {share(tokens, as_int(budgets.get('token_budget')))}"
     cost = as_float(view.get("cost_usd"))
     if cost is None:
         costs = [c for c in (as_float(r.get("cost_usd")) for r in recent) if c is not None]
         cost = sum(costs) if costs else None
     if cost is not None or as_float(budgets.get("cost_budget")):
-        line += f" · {dollars(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
+        line += f" · dollars {dollars(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
     return line
 
 

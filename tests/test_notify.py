@@ -132,6 +132,19 @@ def test_json_and_slack_style_apprise_urls_get_the_verdict_reason_and_report(rec
     assert sent["message"] in by_path["/hooks/SECRET5678"]["text"]  # Mattermost's Slack-style {"text": ...}
 
 
+def test_the_verdict_of_an_open_follows_what_on_open_does_to_the_tree(receiver: Receiver):
+    port = receiver.url.split(":")[2].split("/")[0]
+    for on_open, expected in (("kill", "Stopped by the breaker (same-error) at iteration 4: the loop starts again "
+                                       "after the cooldown."),
+                              ("stop", "Stopped for good by the breaker (same-error) at iteration 4.")):
+        receiver.posts.clear()
+        notifier = Notifier(urls=[f"json://127.0.0.1:{port}/{on_open}"], desktop=False, on_open=on_open)
+        notifier.send(notice_for_transition(from_state="CLOSED", to_state="OPEN", trigger="same-error", reason="r",
+                                            iteration=4, workspace="/srv/demo"))
+        notifier.close(timeout=10.0)
+        assert [p["body"]["message"].splitlines()[0] for p in receiver.posts] == [expected]
+
+
 def test_the_same_event_reported_twice_is_sent_once(receiver: Receiver):
     notifier = Notifier(webhook_url=receiver.url, desktop=False)
     opened = make_notice("opened")

@@ -239,7 +239,7 @@ def chromium() -> str:
     started = time.monotonic()
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]):
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=540)
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=300)
         if done.returncode != 0:
             pytest.skip(f"headless Chromium could not be installed: {' '.join(argv)} exited {done.returncode}")
     sys.stderr.write(f"\n(installed chromium in {time.monotonic() - started:.0f} s)\n")

@@ -591,8 +591,8 @@ def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
     assert changes[1] == "▁" and changes[3] == "█" and errors[2] == "█" and errors[0] == "▁"
     view = {"state": "CLOSED", "tokens_used": 7200}
     assert watch.spend_line(view, recent, {"token_budget": 100000, "cost_budget": 5.0}) == (
-        "7,200 of 100,000 (7 %) tokens · $1.00 of $5.00 (20 %)")
-    assert watch.spend_line(view, [], {}) == "7,200 tokens"
+        "tokens 7,200 of 100,000 (7 %) · dollars $1.00 of $5.00 (20 %)")
+    assert watch.spend_line(view, [], {}) == "tokens 7,200"
     snap = watch.Snapshot(workspace="/w", state_dir="/w/.ralph-supervise", breaker=view, live=False, current=None,
                           iterations=(), transitions=(), processes=(), recent=tuple(recent),
                           budgets={"token_budget": 100000})
@@ -600,4 +600,4 @@ def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
     console.print(watch.render(snap, 1000.0))
     text = console.export_text()
     assert f"recent      changes {changes}  errors {errors}  (last 4)" in text
-    assert "spend       7,200 of 100,000 (7 %) tokens · $1.00" in text
+    assert "spend       tokens 7,200 of 100,000 (7 %) · dollars $1.00" in text

@@ -270,6 +270,8 @@ function show(u){var i=u.cursor.idx;if(i==null){detail.textContent='Hover the pl
   var t='iteration '+D.n[i]+' \u00b7 '+D.label[i]+(D.trial[i]?' (trial)':'')+' \u00b7 '+(D.dur[i]==null?'?':D.dur[i]+' s')+' \u00b7 '+D.files[i]+' file(s), '+D.commits[i]+' commit(s), '+D.errors[i]+' error(s)';
   if(D.note[i])t+=' \u00b7 '+D.note[i];detail.textContent=t;}
 var bars=uPlot.paths.bars({size:[0.8,48,1]});
+function ticks(u,i,min,max){var t=[0],steps=[1,10,100,1000,10000];
+  for(var j=0;j<steps.length;j++){if(steps[j]<=max)t.push(steps[j]);if(-steps[j]>=min)t.unshift(-steps[j]);}return t;}
 function sym(u,min,max){var m=Math.max(Math.abs(min||0),Math.abs(max||0),1);return[-m*1.15,m*1.15];}
 var top=Math.max.apply(null,D.spent.concat([D.budget||0,1]));
 var far=D.bands.map(function(b){return b[2];}).concat(D.marks.map(function(m){return m[1];}));
@@ -277,7 +279,7 @@ var right=far.some(function(x){return x>=n-0.5;})?Math.max(n+0.2,Math.max.apply(
 var opts={width:Math.max(320,el.clientWidth),height:340,
  scales:{x:{time:false,range:[-0.5,right]},y:{distr:4,asinh:1,range:sym},spend:{range:[0,top*1.05]}},
  axes:[{label:'iteration',values:function(u,s){return s.map(function(v){return (v>=0&&v<n&&v===Math.round(v))?D.n[v]:'';});}},
-       {label:'files changed \u2191   errors \u2193',values:function(u,s){return s.map(function(v){return Math.abs(Math.round(v));});}},
+       {label:'files changed \u2191   errors \u2193',splits:ticks,values:function(u,s){return s.map(function(v){return v==null?"":Math.abs(v);});}},
        {scale:'spend',side:1,grid:{show:false},label:D.spentUnit+' spent',size:70}],
  series:[{label:'iteration',value:function(u,v){return v==null?'-':D.n[v];}},
   {label:'files changed',fill:'rgba(46,157,79,0.85)',stroke:'#2e9d4f',paths:bars,points:{show:false},fillTo:0,value:function(u,v){return v==null?0:v;}},
