@@ -16,20 +16,13 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 from ralph_supervisor.breaker import Decision, State
-from ralph_supervisor.escalation import (
-    Residual,
-    classify_residual,
-    decide_next,
-    how_to_continue,
-    outcome,
-    states_a_blocker,
-)
+from ralph_supervisor.escalation import Residual, classify_residual, decide_next, how_to_continue, outcome
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.report.sources import GitFacts, Records
+from ralph_supervisor.residual import states_blocker
 from ralph_supervisor.signature import error_signature
 from ralph_supervisor.similarity import jaccard, word_set
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
@@ -79,6 +72,10 @@ class IterationRow:
     reply: str = ""
     status: Mapping[str, str] = field(default_factory=dict)
     returned_to: int | None = None
+    states_blocker: bool = False
+    """The supervisor judged the reply to state a blocker (`residual.states_blocker` on the whole reply)."""
+    progress: bool = False
+    """As the breaker judges it (`IterationReport.progress`): a commit, or files changed into a new state."""
 
 
 @dataclass(frozen=True)
@@ -394,6 +391,7 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
         blocked_reason=blocked_reason,
         cut_short=done.get("cut_short") is True,
         completed=done.get("completed") is True,
+        states_blocker=done.get("states_blocker") is True,
         trial=_state_at(history, times, started_at) == "HALF_OPEN",
         tripped=opened_at.get(number, ""),
         action=action,
@@ -403,14 +401,13 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
         status=_status_block(done.get("status_block")),
         returned_to=as_opt_int(done.get("returned_to")),
     )
-    if result in ("running", "unfinished"):
-        label = result
-    else:  # escalation's words, from the fields they read
-        label = outcome(IterationReport(number, 0.0, 0.0, **{k: fields[k] for k in _OUTCOME_FIELDS}))
-    return IterationRow(**fields, label=label)
+    judged = IterationReport(number, 0.0, 0.0, **{k: fields[k] for k in _OUTCOME_FIELDS})
+    label = result if result in ("running", "unfinished") else outcome(judged)  # escalation's words
+    return IterationRow(**fields, label=label, progress=judged.progress)
 
 
-_OUTCOME_FIELDS = ("files_changed", "commits", "failed", "usage_limited", "blocked", "cut_short", "completed")
+_OUTCOME_FIELDS = ("files_changed", "commits", "failed", "usage_limited", "blocked", "cut_short", "completed",
+                   "returned_to")
 
 
 def as_iteration_report(row: IterationRow) -> IterationReport:
@@ -692,22 +689,16 @@ def error_groups(rows: Sequence[IterationRow]) -> list[ErrorGroup]:
     return [ErrorGroup(sig, n, first[sig], last[sig], sample.get(sig, "")) for sig, n in ordered]
 
 
-@lru_cache(maxsize=4096)
-def _names_a_blocker(text: str) -> bool:
-    return states_a_blocker(text)
-
-
 def blocker_statements(row: IterationRow) -> list[str]:
     """What this iteration said stands in the way: a blocked call, STATUS: BLOCKED, or a reply naming a blocker."""
     said: list[str] = []
     if row.blocked:
         said.append(row.blocked_reason or row.first_error or "blocked")
-    status = {k.upper(): v for k, v in row.status.items()}
-    if status.get("STATUS", "").strip().upper() == "BLOCKED":
-        said.append(status.get("RECOMMENDATION") or row.reply or row.action or "STATUS: BLOCKED")
     text = row.reply or row.action
-    if text and not row.blocked and _names_a_blocker(text) and text not in said:
-        said.append(text)
+    # residual.py's judgement: STATUS: BLOCKED, or a blocker in the reply's words.
+    if not row.blocked and (row.states_blocker or states_blocker(text, row.status)):
+        status = {k.upper(): v for k, v in row.status.items()}
+        said.append(text or status.get("RECOMMENDATION", "") or "STATUS: BLOCKED")
     return [as_text(s, 300) for s in said if s]
 
 

@@ -119,7 +119,7 @@ def _table(rows: tuple[IterationRow, ...]) -> str:
     body = []
     for r in shown:
         cls = ["k%d" % _kind(r)] + (["trial"] if r.trial else []) + (["tripped"] if r.tripped else [])
-        if r.files_changed or r.commits:
+        if r.progress:
             cls.append("progress")
         took = "?" if r.duration_s is None else (f"{r.duration_s:.1f}s" if r.duration_s < 60 else duration(r.duration_s))
         note = one_line(r.first_error or r.action, 160)

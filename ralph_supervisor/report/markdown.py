@@ -85,7 +85,7 @@ def render_markdown(a: Account) -> str:
     span = f"{stamp(first)} → {stamp(last) if last else 'now'}"
     s = a.spend
     counts = [f"{s.iterations} iteration{'s' if s.iterations != 1 else ''}"]
-    for label, n in (("with progress", sum(1 for r in a.iterations if r.files_changed or r.commits)),
+    for label, n in (("with progress", sum(1 for r in a.iterations if r.progress)),
                      ("failed", sum(1 for r in a.iterations if r.failed)),
                      ("hit a usage limit", sum(1 for r in a.iterations if r.usage_limited)),
                      ("blocked", sum(1 for r in a.iterations if r.blocked)),

@@ -55,6 +55,7 @@ def iteration_fields(report: IterationReport) -> dict[str, Any]:
         "reply": (report.reply or "")[:REPLY_CHARS],
         "status_block": {str(k)[:40]: str(v)[:200] for k, v in list(report.status.items())[:12]},
         "completed": report.completed,
+        "states_blocker": report.states_blocker,
     }
     if report.blocked_reason:
         fields["blocked_reason"] = report.blocked_reason[:300]
