@@ -51,7 +51,8 @@ def parse_since(text: str, now: float) -> float:
     try:
         moment = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ValueError(f"expected an ISO-8601 time (2026-12-01T08:00Z) or a duration (12h, 30m, 2d), got {text!r}") from None
+        raise ValueError("expected an ISO-8601 time (2026-12-01T08:00Z) or a duration (12h, 30m, 2d), "
+                         f"got {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
@@ -85,7 +86,8 @@ def to_json(account: Account) -> dict[str, Any]:
         elif dataclasses.is_dataclass(value):
             data[f.name] = dataclasses.asdict(value)  # type: ignore[arg-type]
         elif isinstance(value, tuple):
-            data[f.name] = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]  # type: ignore[arg-type]
+            data[f.name] = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v  # type: ignore[arg-type]
+                            for v in value]
         else:
             data[f.name] = value
     return data

@@ -132,7 +132,8 @@ def _table(rows: tuple[IterationRow, ...]) -> str:
             f"<td>{_e(note)}</td></tr>")
     more = (f"<p class=dim>The newest {len(shown)} of {len(rows)} iterations; the plot shows them all.</p>"
             if len(rows) > len(shown) else "")
-    return f'{more}<div class="scroll"><table class="iterations"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table></div>'
+    table = f'<table class="iterations"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>'
+    return f'{more}<div class="scroll">{table}</div>'
 
 
 def _sections(a: Account) -> str:
