@@ -25,6 +25,7 @@ from ralph_supervisor.notify import (
     backoff_delays,
     format_text,
     notice_for_child_exit,
+    message_for,
     notice_for_limit_wait,
     notice_for_transition,
     parse_notify_urls,
@@ -386,8 +387,11 @@ def test_child_exit_notice_says_how_the_loop_ended():
 
 
 def test_a_limit_wait_notice_says_until_when():
-    notice = notice_for_limit_wait(until=1796145000.0, iteration=7, workspace="/w/p")
-    assert notice.kind == "limit_wait" and notice.verdict == "Waiting for a usage limit to reset until 17:10 UTC (iteration 7)."
+    notice = notice_for_limit_wait(until="2026-11-30T17:10:00.000Z", reason="usage limit reached", iteration=7,
+                                   workspace="/w/p")
+    assert notice.kind == "limit_wait" and notice.title == "ralph p: usage limit, waiting until 2026-11-30T17:10:00.000Z"
+    assert notice.verdict == "Waiting for a usage limit to reset until 17:10 UTC (iteration 7)."
+    assert message_for(notice).splitlines()[:2] == [notice.verdict, "Why: usage limit reached"]
 
 
 @given(st.integers(min_value=0, max_value=20), st.floats(min_value=0.001, max_value=10))

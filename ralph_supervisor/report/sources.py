@@ -47,8 +47,9 @@ SIGNATURES_KEPT = 5
 
 
 def iteration_fields(report: IterationReport) -> dict[str, Any]:
-    """Extra fields of the `iteration_finished` event, bounded: what the report shows of an iteration
-    beyond its numbers (the reply, its RALPH_STATUS block, the error signatures, cost, returns)."""
+    """Extra fields of the `iteration_finished` event, bounded: what the report shows of an iteration beyond
+    what the supervisor logs anyway (cost and returns among that): the reply, its RALPH_STATUS block, the
+    error signatures."""
     fields: dict[str, Any] = {
         "error_signatures": sorted(report.error_signatures)[:SIGNATURES_KEPT],
         "first_error": report.first_error[:300],
@@ -59,10 +60,6 @@ def iteration_fields(report: IterationReport) -> dict[str, Any]:
     }
     if report.blocked_reason:
         fields["blocked_reason"] = report.blocked_reason[:300]
-    if report.cost_usd is not None:
-        fields["cost_usd"] = report.cost_usd
-    if report.returned_to is not None:
-        fields["returned_to"] = report.returned_to
     return fields
 
 
