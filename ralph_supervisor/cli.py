@@ -25,13 +25,14 @@ from ralph_supervisor.settings import (
     parse_flag,
 )
 
-SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch")
+SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch", "report")
 USAGE = """\
 ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...]   spawn COMMAND and supervise it
 ralph-supervise status [--json | --tmux] [-w DIR]     breaker and child status
 ralph-supervise reset [-w DIR]                        breaker to CLOSED, a paused tree resumed
 ralph-supervise pause | resume | stop [-w DIR]        ask the running supervisor of DIR
 ralph-supervise watch [-w DIR]                        live view of a supervised loop
+ralph-supervise report [-w DIR] [--html FILE] [--json] [--since ISO|DURATION]   what happened, for a human
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
 ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
 ralph-supervise --version | --help"""
@@ -191,6 +192,18 @@ def cmd_watch(argv: Sequence[str]) -> int:
     return watch.main(root, _state_dir(args.workspace, args.state_dir), once=args.once)
 
 
+def cmd_report(argv: Sequence[str]) -> int:
+    parser = _simple_parser("report", [("--json", "the account as JSON, for scripts")])
+    parser.add_argument("--html", metavar="FILE", default=None, help="also write the self-contained HTML report")
+    parser.add_argument("--since", metavar="ISO|DURATION", default=None,
+                        help="every run since then (2026-12-01T08:00Z, 12h, 2d) instead of the latest")
+    args = parser.parse_args(argv)
+    from ralph_supervisor import report
+
+    html = expand_path(args.html, "--html") if args.html else None
+    return report.main(_state_dir(args.workspace, args.state_dir), html=html, as_json=args.json, since=args.since)
+
+
 def cmd_check(argv: Sequence[str]) -> int:
     from ralph_supervisor import check
 
@@ -227,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_control(head, rest)
         if head == "watch":
             return cmd_watch(rest)
+        if head == "report":
+            return cmd_report(rest)
         return cmd_run(argv)
     except SettingsError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)

@@ -180,7 +180,8 @@ def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
     return out
 
 
-def _decide(residual: Residual, decision: Decision, has_errors: bool = True) -> list[str]:
+def decide_next(residual: Residual, decision: Decision, has_errors: bool = True) -> list[str]:
+    """What a human must decide now (Markdown bullets); the escalation summary and the report share it."""
     if decision.trigger in {"token-budget", "daily-budget", "max-iterations"}:
         return [
             f"- The run reached a cap ({decision.trigger}). Decide whether the work is worth more: raise the cap "
@@ -201,7 +202,8 @@ def _decide(residual: Residual, decision: Decision, has_errors: bool = True) -> 
     ]
 
 
-def _continue(decision: Decision, workspace: str) -> list[str]:
+def how_to_continue(decision: Decision, workspace: str) -> list[str]:
+    """The commands that take it from here (Markdown lines)."""
     w = workspace
     if decision.state is State.OPEN and decision.final:
         return [
@@ -278,8 +280,8 @@ def render_escalation(
         out.append("")
         out += [f"- {_code(item) if residual.kind == 'actionable' else one_line(item, 300)}" for item in residual.because]
     has_errors = any(r.error_signatures for r in recent)
-    out += ["", "## What a human must decide", ""] + _decide(residual, decision, has_errors)
-    out += ["", "## How to continue", ""] + _continue(decision, workspace)
+    out += ["", "## What a human must decide", ""] + decide_next(residual, decision, has_errors)
+    out += ["", "## How to continue", ""] + how_to_continue(decision, workspace)
     out += ["", f"## Evidence: the last {len(recent)} iteration(s)", ""] + _evidence_table(recent)
     patterns = error_patterns(recent)
     out += ["", "## Error patterns", ""]
@@ -304,4 +306,5 @@ def render_escalation(
     return "\n".join(out) + "\n"
 
 
-__all__ = ["Residual", "classify_residual", "error_patterns", "outcome", "render_escalation", "status_line"]
+__all__ = ["Residual", "classify_residual", "decide_next", "error_patterns", "how_to_continue", "outcome",
+           "render_escalation", "status_line"]

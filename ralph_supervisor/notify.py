@@ -1,28 +1,38 @@
-"""Telling humans: desktop and webhook notices on breaker transitions.
+"""Telling humans: notices through apprise, notify-send and the webhook.
 
-Why a worker thread and a bounded queue: a notifier talks to the network and to other programs, which
-can be slow, down or hung. Supervision must never wait for them, so `send` only enqueues; a full queue
-drops the oldest notice (counted and logged) rather than growing or blocking. Notices are made per
-transition (open, half-open, close, final stop, child exit), never per iteration, by the pure
-`notice_for_transition` / `notice_for_child_exit` below.
+Notices go out on an open, a final stop, a usage-limit wait starting and the child's exit (the webhook
+and the desktop also hear of half-opens and closes), each event once, with the verdict line, the reason
+and the path of `report.html`. apprise (a well-kept library speaking Slack, Discord, Telegram, ntfy,
+email, Pushover, Matrix, plain JSON and more) does the talking: every `--notify URL` is one apprise
+endpoint, and `--notify-webhook` is one too (an http(s) URL becomes apprise's `json://` with the Slack
+body `{"text": ...}` it always had).
+
+Why a worker thread per endpoint and a bounded queue: endpoints can be slow, down or hung, and
+supervision must never wait for them, nor one endpoint for another. `send` only enqueues; a full queue
+drops the oldest notice (counted, logged); each endpoint has a timeout, a few retries and a rate limit,
+and says it failed at most once an hour. URLs are secrets: logs name an endpoint by its scheme and host
+(apprise's private form of the URL), never by the URL.
+
+    notifier = Notifier.from_settings(settings)
+    notifier.send(notice_for_child_exit(code=0, workspace="/w/p", state="CLOSED", trigger="none", iteration=12))
+    notifier.close()
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Callable, Literal
 
 import structlog
 
@@ -35,21 +45,30 @@ __all__ = [
     "backoff_delays",
     "desktop_session_present",
     "format_text",
+    "message_for",
     "notice_for_child_exit",
     "notice_for_limit_wait",
     "notice_for_transition",
-    "validate_webhook_url",
-    "webhook_body",
+    "parse_notify_urls",
+    "validate_notify_url",
+    "webhook_as_apprise",
 ]
 
 NoticeKind = Literal["open", "close", "final", "child_exited", "half_open", "limit_wait"]
+APPRISE_KINDS = frozenset({"open", "final", "limit_wait", "child_exited"})
+"""What `--notify` endpoints hear about: the moments a human may want to act on."""
 
-_TAIL_BYTES = 4096
+RATE_WINDOW_S = 3600.0
+RATE_MAX = 12
+"""At most this many notices per endpoint per hour; a final stop and the child's exit always pass."""
+WARN_EVERY_S = 3600.0
+SEEN_KEYS = 256
+
 
 
 @dataclass(frozen=True)
 class Notice:
-    """One message for humans about one transition."""
+    """One message for humans about one event. `key` is the event's identity: one key, one message."""
 
     kind: NoticeKind
     title: str
@@ -58,6 +77,10 @@ class Notice:
     state: str
     trigger: str
     iteration: int
+    reason: str = ""
+    verdict: str = ""
+    """The report's verdict line for this moment (`report.account.verdict_line`)."""
+    key: str = ""
 
 
 # -- the pure part: what to say, and when -----------------------------------------------------
@@ -65,6 +88,13 @@ class Notice:
 
 def _project_name(workspace: str) -> str:
     return Path(workspace).name or workspace
+
+
+def _verdict(status: str, by: str, trigger: str, iteration: int, code: int | None = None,
+             until: float | None = None) -> str:
+    from ralph_supervisor.report.account import verdict_line
+
+    return verdict_line(status, by, trigger=trigger, iteration=iteration, code=code, until=until)
 
 
 def notice_for_transition(
@@ -76,36 +106,33 @@ def notice_for_transition(
     iteration: int,
     workspace: str,
     final: bool = False,
+    total_opens: int = 0,
 ) -> Notice | None:
     """The notice a breaker transition deserves, or None (no change of state, nothing to say)."""
     if from_state == to_state:
         return None
     name = _project_name(workspace)
     where = f"iteration {iteration}"
+    key = f"{to_state}:{trigger}:{iteration}:{total_opens}:{final}"
     if to_state == "OPEN" and final:
         return Notice("final", f"ralph {name}: loop stopped for good ({trigger})",
                       f"{reason} ({where}). A human must decide what comes next.",
-                      workspace, to_state, trigger, iteration)
+                      workspace, to_state, trigger, iteration, reason,
+                      _verdict("stopped", "breaker", trigger, iteration), key)
     if to_state == "OPEN":
         return Notice("open", f"ralph {name}: breaker OPEN ({trigger})", f"{reason} ({where})",
-                      workspace, to_state, trigger, iteration)
+                      workspace, to_state, trigger, iteration, reason,
+                      _verdict("paused", "hand" if trigger == "manual" else "breaker", trigger, iteration), key)
     if to_state == "HALF_OPEN":
         return Notice("half_open", f"ralph {name}: breaker HALF_OPEN, trial next",
                       f"Cooldown over, the next iteration is the trial ({where})",
-                      workspace, to_state, trigger, iteration)
+                      workspace, to_state, trigger, iteration, reason, _verdict("trial", "breaker", trigger, iteration),
+                      key)
     if to_state == "CLOSED":
         return Notice("close", f"ralph {name}: breaker CLOSED",
                       f"{reason} ({where})" if reason else f"Back to normal ({where})",
-                      workspace, to_state, trigger, iteration)
+                      workspace, to_state, trigger, iteration, reason, _verdict("running", "", trigger, iteration), key)
     return None
-
-
-def notice_for_limit_wait(*, until: str, reason: str, workspace: str, iteration: int) -> Notice:
-    """A usage limit: the tree is frozen until the limit resets (one notice per wait, not per call)."""
-    name = _project_name(workspace)
-    return Notice("limit_wait", f"ralph {name}: usage limit, waiting until {until}",
-                  f"{reason}. The tree is frozen until then; `ralph-supervise resume` ends the wait now "
-                  f"(iteration {iteration}).", workspace, "CLOSED", "none", iteration)
 
 
 def notice_for_child_exit(
@@ -116,31 +143,43 @@ def notice_for_child_exit(
     how = "finished" if code == 0 else f"exited with code {code}"
     return Notice("child_exited", f"ralph {name}: loop {how}",
                   f"The supervised command {how} after iteration {iteration}; breaker {state}.",
-                  workspace, state, trigger, iteration)
+                  workspace, state, trigger, iteration, "",
+                  _verdict("finished", "itself", trigger, iteration, code=code), "child_exited")
 
 
-def format_text(notice: Notice) -> str:
-    """Slack-flavoured text: bold title, the body, then the facts on one line."""
+def notice_for_limit_wait(*, until: str | float | None, reason: str, workspace: str, iteration: int) -> Notice:
+    """A usage limit: the tree is frozen until the limit resets (one notice per wait, not per call).
+    `until` is ISO-8601 UTC (or epoch seconds; None when the reset time is unknown)."""
+    from ralph_supervisor.values import parse_time
+
+    name = _project_name(workspace)
+    moment = parse_time(until)
+    verdict = _verdict("waiting", "limit", "none", iteration, until=moment)
+    shown = f" until {until}" if isinstance(until, str) else ""
+    return Notice("limit_wait", f"ralph {name}: usage limit, waiting{shown}",
+                  f"{reason}. The tree is frozen until then; `ralph-supervise resume` ends the wait now "
+                  f"(iteration {iteration}).", workspace, "CLOSED", "none", iteration, reason, verdict,
+                  f"limit_wait:{iteration}:{until}")
+
+
+def format_text(notice: Notice, report: str = "") -> str:
+    """Slack-flavoured text: bold title, the body, the facts on one line, then the report's path."""
     facts = f"workspace `{notice.workspace}` · breaker {notice.state}"
     if notice.trigger and notice.trigger != "none":
         facts += f" · trigger {notice.trigger}"
     facts += f" · iteration {notice.iteration}"
-    return f"*{notice.title}*\n{notice.body}\n{facts}"
+    return f"*{notice.title}*\n{notice.body}\n{facts}" + (f"\nreport: {report}" if report else "")
 
 
-def webhook_body(notice: Notice) -> bytes:
-    """A Slack incoming-webhook payload (also accepted by Mattermost, Rocket.Chat, Discord's /slack)."""
-    return json.dumps({"text": format_text(notice)}).encode("utf-8")
-
-
-def validate_webhook_url(url: str) -> str | None:
-    """None when usable, else a one-line reason (the URL itself is a secret: it is not repeated)."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https"):
-        return "--notify-webhook: must be an http:// or https:// URL"
-    if not parsed.hostname:
-        return "--notify-webhook: the URL has no host"
-    return None
+def message_for(notice: Notice, report: str = "") -> str:
+    """The body every `--notify` endpoint gets: the verdict line, the reason, where the report is."""
+    lines = [notice.verdict or notice.body]
+    if notice.reason and notice.reason not in lines[0]:
+        lines.append(f"Why: {notice.reason}")
+    lines.append(f"Workspace: {notice.workspace}")
+    if report:
+        lines.append(f"Report: {report}")
+    return "\n".join(lines)
 
 
 def backoff_delays(retries: int, base: float = 0.5, cap: float = 4.0) -> list[float]:
@@ -153,47 +192,344 @@ def desktop_session_present(env: Mapping[str, str]) -> bool:
     return any(env.get(key) for key in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"))
 
 
-def _host_of(url: str) -> str:
-    return urllib.parse.urlsplit(url).hostname or "?"
+# -- apprise: URLs ----------------------------------------------------------------------------
 
 
-# -- the notifier: a worker thread behind a bounded queue -------------------------------------
+class _AppriseLog(logging.Handler):
+    """Keeps apprise's own log lines (per thread) for our one-line warnings, and off stderr."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.local = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lines = getattr(self.local, "lines", None)
+        if lines is not None and len(lines) < 50:
+            lines.append((record.levelno, record.getMessage()))
+
+
+_APPRISE_LOG = _AppriseLog()
+_apprise_ready = threading.Lock()
+
+
+def _apprise() -> Any:
+    """apprise, imported on first use, its logger routed to us (it never prints on our stderr)."""
+    import apprise
+
+    with _apprise_ready:
+        logger = logging.getLogger("apprise")
+        if _APPRISE_LOG not in logger.handlers:
+            logger.addHandler(_APPRISE_LOG)
+            logger.propagate = False
+            logger.setLevel(logging.DEBUG)
+    return apprise
+
+
+def parse_notify_urls(raw: object) -> tuple[str, ...]:
+    """URLs from a flag, a TOML string or list, or RALPH_SUPERVISE_NOTIFY (space or comma separated,
+    split the way apprise's own CLI splits them, so `mailto://...?to=a,b` stays one URL)."""
+    items = raw if isinstance(raw, list) else [raw]
+    if not all(isinstance(item, str) for item in items):
+        raise ValueError(f"expected a URL or a list of URLs, got {raw!r}")
+    from apprise.utils.parse import parse_urls
+
+    urls = tuple(url for item in items for url in parse_urls(item))
+    for url in urls:
+        problem = validate_notify_url(url)
+        if problem:
+            raise ValueError(problem)
+    return urls
+
+
+def _scheme(url: str) -> str:
+    head = url.split("://", 1)[0] if "://" in url else ""
+    return head if re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]{0,20}", head) else "?"
+
+
+def validate_notify_url(url: str) -> str | None:
+    """None when apprise can send to `url`, else a one-line reason that does not repeat the URL (a secret)."""
+    apprise = _apprise()
+    if apprise.Apprise.instantiate(url) is None:
+        return (f"apprise cannot send to this URL (scheme {_scheme(url)}://); "
+                "see https://appriseit.com/services/ for the URL of each service")
+    return None
+
+
+def webhook_as_apprise(url: str) -> str:
+    """`--notify-webhook`: an http(s) URL gets the Slack incoming-webhook body `{"text": ...}` through
+    apprise's JSON plugin (keys mapped with `:key=new`, dropped with `:key=`); any other value is already
+    an apprise URL."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return url
+    mapping = ":version=&:title=&:attachments=&:type=&:message=text"
+    query = f"{parts.query}&{mapping}" if parts.query else mapping
+    scheme = "jsons" if parts.scheme == "https" else "json"
+    return urllib.parse.urlunsplit((scheme, parts.netloc, parts.path or "/", query, ""))
+
+
+def _secrets_in(url: str) -> list[str]:
+    """Pieces of a URL that may be secret (user, password, path segments, query values), longest first."""
+    parts = urllib.parse.urlsplit(url)
+    pieces = [parts.username or "", parts.password or ""]
+    pieces += [urllib.parse.unquote(p) for p in parts.path.split("/")]
+    pieces += [v for _, v in urllib.parse.parse_qsl(parts.query)]
+    pieces += [parts.netloc.rpartition("@")[0]]
+    if not re.fullmatch(r"[\w.-]+(:\d+)?", parts.netloc.rpartition("@")[2] or ""):
+        pieces.append(parts.netloc)  # a "host" that is really a token (slack://T1/B1/C1)
+    return sorted({p for p in pieces if len(p) >= 4}, key=len, reverse=True)
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` without the URL's secret pieces, nor the request path that requests' errors quote."""
+    text = re.sub(r"(with url: )\S+", r"\1***", text)
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+# -- the channels -----------------------------------------------------------------------------
+
+
+class _Channel:
+    """One place notices go. `deliver` returns (ok, error, attempts); it may block for what `remaining()` allows."""
+
+    label = "?"
+    kinds: frozenset[str] | None = None
+
+    def deliver(self, notice: Notice, remaining: Callable[[], float],
+                closing: threading.Event) -> tuple[bool, str, int]:
+        raise NotImplementedError
+
+
+class _AppriseChannel(_Channel):
+    """One apprise endpoint. `label` is its private form cut to scheme and host: safe to log."""
+
+    def __init__(self, url: str, *, kinds: frozenset[str] | None, timeout: float, retries: int,
+                 backoff_base: float, report: str, slack_body: bool) -> None:
+        apprise = _apprise()
+        plugin = apprise.Apprise.instantiate(url)
+        if plugin is None:
+            raise ValueError(validate_notify_url(url) or "apprise cannot send to this URL")
+        self.plugin = plugin
+        self.notify_type = apprise.NotifyType
+        private = str(plugin.url(privacy=True))
+        scheme, _, rest = private.partition("://")
+        self.label = f"{scheme}://{rest.split('/', 1)[0].split('?', 1)[0]}"
+        self.kinds = kinds
+        self.timeout = timeout
+        self.delays = backoff_delays(retries, base=backoff_base)
+        self.report = report
+        self.slack_body = slack_body
+        self.secrets = _secrets_in(url)
+
+    def _type(self, notice: Notice) -> Any:
+        t = self.notify_type
+        if notice.kind in ("open", "final"):
+            return t.FAILURE
+        if notice.kind == "limit_wait" or (notice.kind == "child_exited" and "code 0" not in notice.verdict):
+            return t.WARNING
+        return t.SUCCESS if notice.kind in ("close", "child_exited") else t.INFO
+
+    def deliver(self, notice: Notice, remaining: Callable[[], float],
+                closing: threading.Event) -> tuple[bool, str, int]:
+        if self.slack_body:
+            title, body = "", format_text(notice, self.report)
+        else:
+            title, body = notice.title, message_for(notice, self.report)
+        error, attempts = "", 0
+        for delay in [0.0, *self.delays]:
+            if delay:
+                wait = min(delay, remaining())
+                if wait <= 0:
+                    break
+                closing.wait(wait)  # closing cuts the pause short; the deadline decides what is left
+            budget = min(self.timeout, remaining())
+            if budget <= 0:
+                break
+            self.plugin.socket_connect_timeout = self.plugin.socket_read_timeout = max(0.05, budget)
+            attempts += 1
+            _APPRISE_LOG.local.lines = []
+            try:
+                ok = bool(self.plugin.notify(body=body, title=title, notify_type=self._type(notice)))
+            except Exception as exc:  # noqa: BLE001 - a plugin bug is one failed delivery
+                ok, _APPRISE_LOG.local.lines = False, [(logging.ERROR, f"{type(exc).__name__}: {exc}")]
+            lines = _APPRISE_LOG.local.lines
+            _APPRISE_LOG.local.lines = None
+            if ok:
+                return True, "", attempts
+            error = scrub(_apprise_error(lines), self.secrets)
+            status = re.search(r"error=(\d{3})", error)
+            if status and 400 <= int(status.group(1)) < 500 and int(status.group(1)) not in (408, 429):
+                break  # the request itself is wrong; repeating it cannot help
+        return False, error or "no time left", attempts
+
+
+def _apprise_error(lines: list[tuple[int, str]]) -> str:
+    """apprise's warning, with the socket error it logged at debug level (timeouts, refused connections)."""
+    warning = next((text for level, text in reversed(lines) if level >= logging.WARNING), "")
+    socket_error = next((text for level, text in lines if text.startswith("Socket Exception")), "")
+    return " ".join(part for part in (warning, socket_error) if part)[:300] or "delivery failed"
+
+
+class _DesktopChannel(_Channel):
+    label = "desktop"
+
+    def __init__(self, path: str, env: Mapping[str, str], timeout: float) -> None:
+        self.path, self.env, self.timeout = path, env, timeout
+
+    def deliver(self, notice: Notice, remaining: Callable[[], float],
+                closing: threading.Event) -> tuple[bool, str, int]:
+        urgency = "critical" if notice.kind in ("open", "final") else "normal"
+        argv = [self.path, "--app-name=ralph-supervise", f"--urgency={urgency}", notice.title, notice.body]
+        try:
+            subprocess.run(argv, env=dict(self.env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=min(self.timeout, max(0.1, remaining())),
+                           check=True, process_group=0)
+            return True, "", 1
+        except subprocess.TimeoutExpired:
+            return False, "notify-send timed out", 1
+        except subprocess.CalledProcessError as exc:
+            err = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+            return False, f"notify-send exited {exc.returncode}: {err[-1] if err else ''}".strip(), 1
+        except OSError as exc:
+            return False, str(exc), 1
+
+
+class _Outbox:
+    """One channel's bounded queue and worker thread, its rate limit and its hourly warning."""
+
+    def __init__(self, channel: _Channel, queue_size: int, clock: Callable[[], float]) -> None:
+        self.channel = channel
+        self.queue: deque[Notice] = deque()
+        self.queue_size = max(1, queue_size)
+        self.clock = clock
+        self.cond = threading.Condition()
+        self.closing = threading.Event()
+        self.deadline = float("inf")
+        self.sent_at: deque[float] = deque()
+        self.warned_at: dict[str, float] = {}
+        self.dropped = self.delivered = self.failed = self.limited = 0
+        self.thread = threading.Thread(target=self._run, name=f"ralph-notify {channel.label}", daemon=True)
+        self.thread.start()
+
+    def put(self, notice: Notice) -> None:
+        with self.cond:
+            if self.closing.is_set():
+                log.warning("notify_dropped", kind=notice.kind, endpoint=self.channel.label, reason="notifier closed")
+                return
+            now = self.clock()
+            while self.sent_at and now - self.sent_at[0] >= RATE_WINDOW_S:
+                self.sent_at.popleft()
+            if notice.kind not in ("final", "child_exited") and len(self.sent_at) >= RATE_MAX:
+                self.limited += 1
+                self._warn("notify_rate_limited", now, kind=notice.kind, limited=self.limited,
+                           limit=f"{RATE_MAX} per hour")
+                return
+            self.sent_at.append(now)
+            if len(self.queue) >= self.queue_size:
+                oldest = self.queue.popleft()
+                self.dropped += 1
+                log.warning("notify_dropped", kind=oldest.kind, endpoint=self.channel.label, reason="queue full",
+                            dropped=self.dropped)
+            self.queue.append(notice)
+            self.cond.notify()
+
+    def _warn(self, event: str, now: float, **fields: Any) -> None:
+        """At most one warning of each kind per endpoint and hour (a dead endpoint is news once)."""
+        last = self.warned_at.get(event)
+        if last is None or now - last >= WARN_EVERY_S:
+            self.warned_at[event] = now
+            log.warning(event, endpoint=self.channel.label, **fields)
+
+    def _remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.closing.is_set():
+                    self.cond.wait()
+                if not self.queue or time.monotonic() >= self.deadline:
+                    return
+                notice = self.queue.popleft()
+            try:
+                ok, error, attempts = self.channel.deliver(notice, self._remaining, self.closing)
+            except Exception as exc:  # noqa: BLE001 - a notifier bug must not kill the worker silently
+                ok, error, attempts = False, repr(exc), 1
+            if ok:
+                self.delivered += 1
+            else:
+                self.failed += 1
+                self._warn("notify_failed", self.clock(), kind=notice.kind, attempts=attempts, error=error,
+                           channel="desktop" if isinstance(self.channel, _DesktopChannel) else "apprise")
+
+    def close(self, deadline: float) -> None:
+        with self.cond:
+            if not self.closing.is_set():
+                self.deadline = deadline
+                self.closing.set()
+            self.cond.notify_all()
+
+    def abandon(self) -> int:
+        with self.cond:
+            left = len(self.queue)
+            self.queue.clear()
+        self.dropped += left
+        return left
+
+
+# -- the notifier -----------------------------------------------------------------------------
 
 
 class Notifier:
-    """Delivers notices to the desktop and a webhook without ever blocking or failing the caller."""
+    """Delivers notices to every channel without ever blocking or failing the caller."""
 
     def __init__(
         self,
         *,
-        webhook_url: str | None,
+        webhook_url: str | None = None,
+        urls: Sequence[str] = (),
         desktop: bool = True,
         timeout: float = 5.0,
         retries: int = 2,
         queue_size: int = 32,
         backoff_base: float = 0.5,
+        report: str = "",
+        on_open: str = "pause",
         env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if webhook_url is not None:
-            problem = validate_webhook_url(webhook_url)
-            if problem:
-                raise ValueError(problem)
         self._env = dict(os.environ if env is None else env)
-        self._webhook_url = webhook_url
-        self._notify_send = self._find_notify_send() if desktop else None
-        self._timeout = timeout
-        self._delays = backoff_delays(retries, base=backoff_base)
-        self._queue: deque[Notice] = deque()
-        self._queue_size = max(1, queue_size)
-        self._cond = threading.Condition()
-        self._closing = threading.Event()
-        self._deadline = float("inf")
-        self._last: Notice | None = None
-        self.dropped = 0
-        self.delivered = 0
-        self.failed = 0
-        self._worker = threading.Thread(target=self._run, name="ralph-notifier", daemon=True)
-        self._worker.start()
+        self.report = report
+        self.on_open = on_open
+        channels: list[_Channel] = []
+        notify_send = self._find_notify_send() if desktop else None
+        if notify_send is not None:
+            channels.append(_DesktopChannel(notify_send, self._env, timeout))
+        endpoints = [(url, frozenset(APPRISE_KINDS), False) for url in urls]
+        if webhook_url:
+            endpoints.append((webhook_as_apprise(webhook_url), None,  # type: ignore[arg-type]
+                              urllib.parse.urlsplit(webhook_url).scheme in ("http", "https")))
+        for url, kinds, slack in endpoints:
+            channels.append(_AppriseChannel(url, kinds=kinds, timeout=timeout, retries=retries,
+                                            backoff_base=backoff_base, report=report, slack_body=slack))
+        self._outboxes = [_Outbox(channel, queue_size, clock) for channel in channels]
+        self._seen: deque[str] = deque(maxlen=SEEN_KEYS)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.endpoints = tuple(c.label for c in channels if not isinstance(c, _DesktopChannel))
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Notifier:
+        """The supervisor's notifier: `--notify` URLs, `--notify-webhook`, notify-send, report.html's path."""
+        from ralph_supervisor.report import REPORT_FILE
+
+        notifier = cls(webhook_url=settings.notify_webhook, urls=settings.notify, desktop=settings.notify_desktop,
+                       report=str(settings.state_dir / REPORT_FILE), on_open=settings.on_open)
+        if notifier.endpoints:
+            log.info("notify_endpoints", endpoints=list(notifier.endpoints))
+        return notifier
 
     def _find_notify_send(self) -> str | None:
         path = shutil.which("notify-send", path=self._env.get("PATH"))
@@ -203,122 +539,54 @@ class Notifier:
 
     @property
     def desktop_enabled(self) -> bool:
-        return self._notify_send is not None
+        return any(isinstance(o.channel, _DesktopChannel) for o in self._outboxes)
+
+    @property
+    def delivered(self) -> int:
+        return sum(o.delivered for o in self._outboxes)
+
+    @property
+    def failed(self) -> int:
+        return sum(o.failed for o in self._outboxes)
+
+    @property
+    def dropped(self) -> int:
+        return sum(o.dropped for o in self._outboxes)
+
+    @property
+    def rate_limited(self) -> int:
+        return sum(o.limited for o in self._outboxes)
 
     def send(self, notice: Notice) -> None:
-        """Enqueue and return at once; when the queue is full the oldest notice is dropped.
-
-        A notice equal to the previous one (same transition, same iteration) is not sent again.
-        """
-        if self._notify_send is None and self._webhook_url is None:
+        """Enqueue for every channel that wants this kind, and return at once. An event already sent
+        (the same `key`, or the same notice) is not sent again."""
+        if not self._outboxes:
             return
-        with self._cond:
-            if self._closing.is_set():
+        if notice.kind == "open" and notice.trigger != "manual" and self.on_open in ("kill", "stop"):
+            # What an open does depends on --on-open: the tree is stopped, to restart or for good.
+            status, by = ("paused", "restart") if self.on_open == "kill" else ("stopped", "breaker")
+            notice = replace(notice, verdict=_verdict(status, by, notice.trigger, notice.iteration))
+        key = notice.key or repr(notice)
+        with self._lock:
+            if self._closed:
                 log.warning("notify_dropped", kind=notice.kind, reason="notifier closed")
                 return
-            if notice == self._last:  # the same transition reported twice is still one message
+            if key in self._seen:
                 return
-            self._last = notice
-            if len(self._queue) >= self._queue_size:
-                oldest = self._queue.popleft()
-                self.dropped += 1
-                log.warning("notify_dropped", kind=oldest.kind, reason="queue full", dropped=self.dropped)
-            self._queue.append(notice)
-            self._cond.notify()
+            self._seen.append(key)
+        for outbox in self._outboxes:
+            if outbox.channel.kinds is None or notice.kind in outbox.channel.kinds:
+                outbox.put(notice)
 
     def close(self, timeout: float = 2.0) -> None:
-        """Deliver what can be delivered within `timeout`, then stop the worker; never waits longer."""
-        with self._cond:
-            if not self._closing.is_set():
-                self._deadline = time.monotonic() + max(0.0, timeout)
-                self._closing.set()
-            self._cond.notify_all()
-        self._worker.join(max(0.0, timeout))
-        with self._cond:
-            left = len(self._queue)
-            self._queue.clear()
+        """Deliver what can be delivered within `timeout`, then stop the workers; never waits longer."""
+        with self._lock:
+            self._closed = True
+        deadline = time.monotonic() + max(0.0, timeout)
+        for outbox in self._outboxes:
+            outbox.close(deadline)
+        for outbox in self._outboxes:
+            outbox.thread.join(max(0.0, deadline - time.monotonic()))
+        left = sum(outbox.abandon() for outbox in self._outboxes)
         if left:
-            self.dropped += left
             log.warning("notify_dropped", reason="closing", count=left, dropped=self.dropped)
-
-    # -- the worker ---------------------------------------------------------------------------
-
-    def _remaining(self) -> float:
-        return self._deadline - time.monotonic()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing.is_set():
-                    self._cond.wait()
-                if not self._queue or self._remaining() <= 0:
-                    return
-                notice = self._queue.popleft()
-            try:
-                self._deliver(notice)
-            except Exception as exc:  # a notifier bug must not kill the worker silently
-                self.failed += 1
-                log.error("notify_failed", channel="internal", kind=notice.kind, error=repr(exc))
-
-    def _deliver(self, notice: Notice) -> None:
-        if self._notify_send is not None:
-            self._deliver_desktop(notice)
-        if self._webhook_url is not None:
-            self._deliver_webhook(notice, self._webhook_url)
-
-    def _deliver_desktop(self, notice: Notice) -> None:
-        assert self._notify_send is not None
-        urgency = "critical" if notice.kind in ("open", "final") else "normal"
-        argv = [self._notify_send, "--app-name=ralph-supervise", f"--urgency={urgency}",
-                notice.title, notice.body]
-        try:
-            subprocess.run(argv, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, timeout=min(self._timeout, max(0.1, self._remaining())),
-                           check=True, process_group=0)
-            self.delivered += 1
-        except subprocess.TimeoutExpired:
-            self.failed += 1
-            log.warning("notify_failed", channel="desktop", kind=notice.kind, error="notify-send timed out")
-        except subprocess.CalledProcessError as exc:
-            self.failed += 1
-            err = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-            log.warning("notify_failed", channel="desktop", kind=notice.kind,
-                        error=f"notify-send exited {exc.returncode}: {err[-1] if err else ''}".strip())
-        except OSError as exc:
-            self.failed += 1
-            log.warning("notify_failed", channel="desktop", kind=notice.kind, error=str(exc))
-
-    def _deliver_webhook(self, notice: Notice, url: str) -> None:
-        body = webhook_body(notice)
-        attempts = 0
-        error = ""
-        for delay in [0.0, *self._delays]:
-            if delay:
-                wait = min(delay, self._remaining())
-                if wait <= 0:
-                    break
-                if self._closing.wait(wait) and self._remaining() <= 0:
-                    break
-            budget = min(self._timeout, self._remaining())
-            if budget <= 0:
-                break
-            attempts += 1
-            request = urllib.request.Request(
-                url, data=body, method="POST",
-                headers={"Content-Type": "application/json", "User-Agent": "ralph-supervise"},
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=budget) as response:
-                    response.read(65536)
-                self.delivered += 1
-                return
-            except urllib.error.HTTPError as exc:
-                error = f"HTTP {exc.code}"
-                if 400 <= exc.code < 500 and exc.code not in (408, 429):
-                    break  # the request itself is wrong; repeating it cannot help
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                reason = getattr(exc, "reason", exc)
-                error = str(reason) or type(reason).__name__
-        self.failed += 1
-        log.warning("notify_failed", channel="webhook", kind=notice.kind, host=_host_of(url),
-                    attempts=attempts, error=error or "no time left")

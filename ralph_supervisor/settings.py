@@ -169,13 +169,28 @@ def _regex(raw: Any) -> str | None:
     return text
 
 
-def _url(raw: Any) -> str | None:
+def _webhook(raw: Any) -> str | None:
+    """An http(s) URL (a Slack-style incoming webhook), or an apprise URL. Not repeated in errors: a secret."""
     text = _text(raw).strip()
     if not text:
         return None
-    if not re.match(r"https?://[^\s/]+", text):
-        raise ValueError(f"expected an http:// or https:// URL, got {raw!r}")
+    if re.match(r"https?://[^\s/]+", text):
+        return text
+    if re.match(r"https?:", text):
+        raise ValueError("expected an http:// or https:// URL with a host")
+    from ralph_supervisor.notify import validate_notify_url
+
+    problem = validate_notify_url(text)
+    if problem:
+        raise ValueError(f"expected an http(s) URL or an apprise URL: {problem}")
     return text
+
+
+def _notify_urls(raw: Any) -> tuple[str, ...]:
+    """apprise URLs, each checked with apprise now: a URL it cannot use is an error before anything starts."""
+    from ralph_supervisor.notify import parse_notify_urls
+
+    return parse_notify_urls(raw)
 
 
 def _port(raw: Any) -> int | None:
@@ -283,7 +298,7 @@ OPTIONS: tuple[Option, ...] = (
            ("RALPH_SUPERVISE_AGENT_FORMAT",), metavar="NAME"),
     Option("name", "--name", _optional_text, None, "a short name for this loop (metrics label, ls, notices)",
            ("RALPH_SUPERVISE_NAME",), metavar="NAME"),
-    Option("notify", "--notify", _strings, (), "an apprise URL notified on open, final stop, limit wait and child exit (repeatable)",
+    Option("notify", "--notify", _notify_urls, (), "an apprise URL notified on open, final stop, limit wait and child exit (repeatable)",
            ("RALPH_SUPERVISE_NOTIFY",), repeatable=True, metavar="URL"),
     Option("iteration_process", "--iteration-process", _names, AGENT_NAMES,
            "an iteration is the life of a descendant process with one of these names (comma list)",
@@ -306,8 +321,9 @@ OPTIONS: tuple[Option, ...] = (
            "disk budget of child.log and its rotated files together", metavar="SIZE"),
     Option("line_cap", "--line-cap", _size(1024), 1 << 20,
            "longest line kept whole for analysis; longer lines are cut (and counted)", metavar="SIZE"),
-    Option("notify_webhook", "--notify-webhook", _url, None,
-           "POST a Slack-compatible message to URL on open, close, final stop and child exit", metavar="URL"),
+    Option("notify_webhook", "--notify-webhook", _webhook, None,
+           "POST a Slack-compatible message to URL (or notify an apprise URL) on open, close, final stop and child exit",
+           metavar="URL"),
     Option("notify_desktop", "--notify-desktop", _bool, True, "desktop notifications with notify-send when present",
            metavar="true|false"),
     Option("metrics_port", "--metrics-port", _port, None, "serve Prometheus metrics on this port", metavar="PORT"),

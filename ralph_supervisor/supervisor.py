@@ -34,6 +34,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -66,6 +67,8 @@ from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import spawn
 from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
+from ralph_supervisor.report import ReportWriter, write_report
+from ralph_supervisor.report.sources import iteration_fields, started_fields
 from ralph_supervisor.sdnotify import SystemdNotifier, environment_for_child, status_text
 from ralph_supervisor.settings import Settings, thresholds_from
 from ralph_supervisor.terminal import Terminal
@@ -134,7 +137,7 @@ class Supervisor:
         self.warnings = Warnings()
         self.records = Records(self.state_dir, f"supervised: {' '.join(settings.command)}", self.warnings)
         self.sd = SystemdNotifier()
-        self.notifier = Notifier(webhook_url=settings.notify_webhook, desktop=settings.notify_desktop)
+        self.notifier = Notifier.from_settings(settings)
         self.metrics: Any = NullMetrics()
         if settings.metrics_port is not None or settings.metrics_textfile is not None:
             from ralph_supervisor.metrics import Metrics  # prometheus_client only when asked for
@@ -149,6 +152,8 @@ class Supervisor:
         self.hooks = HookRunner(settings.on_open_hook, cwd=settings.workspace, timeout=settings.hook_timeout,
                                 on_spawn=self.reaper.leave_alone)  # run_hook waits for its own process
         self.tree = ProcessTree(os.getpid(), self.reaper, exclude=self.hooks.is_hook)
+        # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
+        self.report_writer = ReportWriter(self.state_dir, spawned=self.hooks.pids.add, done=self.hooks.pids.discard)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
                                    interrupting=self._mark_calls_cut_short, collect_exits=self._on_sigchld,
                                    extend_timeout=self.sd.extend_timeout, terminal=self.terminal)
@@ -196,7 +201,7 @@ class Supervisor:
         self._serve_metrics()
         log.info("supervisor_started", pid=os.getpid(), workspace=str(settings.workspace),
                  state_dir=str(self.state_dir), command=list(settings.command), subreaper=self.subreaper,
-                 breaker=self.breaker.state.value, watcher=self.workspace.mode)
+                 breaker=self.breaker.state.value, watcher=self.workspace.mode, **started_fields(settings))
         if self._state_warning:
             log.warning("state_file_corrupt", detail=self._state_warning)
 
@@ -247,6 +252,7 @@ class Supervisor:
                 await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic()))
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
+        await asyncio.to_thread(self.report_writer.close)  # a render in flight ends before the one at exit
         self.hooks.kill_all()  # a hook still running when we leave is cut off (its runner thread then returns)
         if self.control is not None:
             await self.control.close()
@@ -399,6 +405,8 @@ class Supervisor:
             payload = json.dumps({**decision.to_dict(), "workspace": str(self.settings.workspace),
                                   "state_dir": str(self.state_dir)})
             self._spawn_task(self.hooks.run(payload, decision.iteration))
+        if opened:
+            self.report_writer.request()
 
     async def _start_trial(self) -> None:
         """HALF_OPEN (or a resume, a reset): thaw the tree, or start the command again when it was stopped."""
@@ -449,7 +457,7 @@ class Supervisor:
                  tokens=tokens, outcome=outcome, failed=report.failed, usage_limited=report.usage_limited,
                  blocked=report.blocked, cut_short=report.cut_short, cost_usd=report.cost_usd,
                  returned_to=report.returned_to, agent=report.agent or None,
-                 duration_s=round(report.ended_at - report.started_at, 3))
+                 duration_s=round(report.ended_at - report.started_at, 3), **iteration_fields(report))
         self.metrics.iteration_finished(files_changed=report.files_changed, output_bytes=0, tokens=tokens)
         self.metrics.add_cost(report.cost_usd or 0.0)
         self.records.attempt(report)
@@ -794,6 +802,14 @@ def _log_task_error(task: asyncio.Task[Any]) -> None:
         log.error("supervisor_task_failed", error=repr(exc))
 
 
+def write_report_at_exit(state_dir: Path) -> None:
+    """The last `report.html`, once `supervisor_stopped` is written (the event loop is gone: nothing waits)."""
+    try:
+        write_report(state_dir)
+    except Exception as exc:  # noqa: BLE001 - the report is a courtesy; the exit code is not
+        log.warning("report_unwritable", error=str(exc)[:300])
+
+
 async def _supervise(settings: Settings, terminal: Terminal) -> int:
     return await Supervisor(settings, terminal).run()
 
@@ -832,6 +848,7 @@ def run_supervisor(settings: Settings) -> int:
         code = 1
     finally:
         log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
+        write_report_at_exit(settings.state_dir)
         terminal.close()
         if events is not None:
             events.close()

@@ -10,7 +10,6 @@ what it can and says what it could not read.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -31,10 +30,22 @@ from rich.text import Text
 from ralph_supervisor import control
 from ralph_supervisor.files import state_json
 from ralph_supervisor.terminal import Outlet
+from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's helpers live there
+    as_float,
+    as_int,
+    as_opt_int,
+    as_text,
+    duration,
+    human_bytes,
+    parse_json_lines,
+    parse_time,
+)
 
 log = structlog.get_logger(__name__)
 
 TIMELINE_ROWS = 15
+SPARK_ITERATIONS = 60
+"""The sparkline in the header covers this many of the last iterations."""
 TRANSITION_ROWS = 8
 PROCESS_ROWS = 12
 TAIL_BYTES = 1024 * 1024
@@ -103,75 +114,14 @@ class Snapshot:
     processes: tuple[ProcessRow, ...]
     notes: tuple[str, ...] = ()
     state_dir_exists: bool = True
+    recent: tuple[Mapping[str, Any], ...] = ()
+    """The last `iteration_finished` records (for the sparkline and the spend), oldest first."""
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+    """The run's budgets, from its `supervisor_started` event, when it is still in the log's tail."""
 
 
 # ---------------------------------------------------------------------------------------------
 # Pure: from raw records to rows
-
-
-def as_int(value: Any) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value == value and abs(value) < 1e18:
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(float(value))
-        except ValueError:
-            return 0
-    if isinstance(value, (list, tuple, dict)):
-        return len(value)  # `errors` may be the error lines themselves
-    return 0
-
-
-def as_opt_int(value: Any) -> int | None:
-    """A number when there is one; None (shown as `?`) for missing or non-numeric values."""
-    if value is None or isinstance(value, (list, tuple, dict)):
-        return None
-    if isinstance(value, str):
-        try:
-            return int(float(value))
-        except ValueError:
-            return None
-    return as_int(value)
-
-
-def as_float(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        return None
-    return result if result == result and abs(result) != float("inf") else None
-
-
-def as_text(value: Any, limit: int = 200) -> str:
-    if value is None:
-        return ""
-    text = " ".join(str(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def parse_json_lines(lines: Iterable[bytes]) -> tuple[list[dict[str, Any]], int]:
-    """JSON objects of the lines, and how many non-blank lines were not one."""
-    records: list[dict[str, Any]] = []
-    bad = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            bad += 1
-            continue
-        if isinstance(value, dict):
-            records.append(value)
-        else:
-            bad += 1
-    return records, bad
 
 
 def is_iteration_finished(record: Mapping[str, Any]) -> bool:
@@ -189,6 +139,35 @@ def iteration_row(record: Mapping[str, Any]) -> IterationRow:
         tokens=as_int(record.get("tokens")),
         outcome=as_text(record.get("outcome"), 20) or "?",
     )
+
+
+def is_supervisor_started(record: Mapping[str, Any]) -> bool:
+    return record.get("event") == "supervisor_started"
+
+
+def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
+    """The report's timeline in small: changes (files and commits) and errors of the last iterations."""
+    from ralph_supervisor.report.account import sparkline
+
+    rows = list(recent)[-width:]
+    changes = [float(as_int(r.get("files_changed")) + as_int(r.get("commits"))) for r in rows]
+    errors = [float(as_int(r.get("errors")) or (1 if r.get("failed") is True else 0)) for r in rows]
+    return sparkline(changes, width), sparkline(errors, width), len(rows)
+
+
+def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], budgets: Mapping[str, Any]) -> str:
+    """Tokens and dollars spent this run, against the budgets when they are known."""
+    from ralph_supervisor.report.account import dollars, share
+
+    tokens = as_int(view.get("tokens_used"))
+    line = f"tokens {share(tokens, as_int(budgets.get('token_budget')))}"
+    cost = as_float(view.get("cost_usd"))
+    if cost is None:
+        costs = [c for c in (as_float(r.get("cost_usd")) for r in recent) if c is not None]
+        cost = sum(costs) if costs else None
+    if cost is not None or as_float(budgets.get("cost_budget")):
+        line += f" · dollars {dollars(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
+    return line
 
 
 def timeline(records: Iterable[Mapping[str, Any]], limit: int = TIMELINE_ROWS) -> tuple[IterationRow, ...]:
@@ -291,22 +270,6 @@ def breaker_view(state: Mapping[str, Any] | None, status: Mapping[str, Any] | No
     return view
 
 
-def parse_time(value: Any) -> float | None:
-    """Epoch seconds from an epoch number or an ISO-8601 string (`Z` or offset; naive means UTC)."""
-    number = as_float(value) if not isinstance(value, str) else None
-    if number is not None:
-        return number
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.timestamp()
-
-
 def clock(value: Any) -> str:
     """HH:MM:SS in local time, or the raw text when it is not a time."""
     moment = parse_time(value)
@@ -316,28 +279,6 @@ def clock(value: Any) -> str:
         return dt.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
     except (OverflowError, OSError, ValueError):
         return as_text(value, 20)
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
@@ -399,6 +340,15 @@ def _header(snap: Snapshot, now: float) -> Panel:
         f"tokens {as_int(view.get('tokens_used')):,}"
     )
     grid.add_row("counters", counters)
+    changes, errors, count = sparklines(snap.recent)
+    if count:
+        recent = Text("changes ", style="dim")
+        recent.append(changes, style="green")
+        recent.append("  errors ", style="dim")
+        recent.append(errors, style="red")
+        recent.append(f"  (last {count})", style="dim")
+        grid.add_row("recent", recent)
+    grid.add_row("spend", Text(spend_line(view, snap.recent, snap.budgets)))
     grid.add_row("supervisor", _supervisor_line(view, snap.live))
     child = view.get("child")
     if isinstance(child, Mapping):
@@ -613,10 +563,13 @@ class Watcher:
     state_dir: Path
     _events: JsonlFollower = field(init=False)
     _history: JsonlFollower = field(init=False)
+    _started: JsonlFollower = field(init=False)
     _cpu: CpuSample = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished, TIMELINE_ROWS * 4)
+        self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished,
+                                     max(TIMELINE_ROWS * 4, SPARK_ITERATIONS))
+        self._started = JsonlFollower(self.state_dir / "events.jsonl", is_supervisor_started, 1)
         self._history = JsonlFollower(self.state_dir / "history.jsonl", lambda r: True, TRANSITION_ROWS)
 
     def snapshot(self, now: float) -> Snapshot:
@@ -643,11 +596,18 @@ class Watcher:
             live=status is not None,
             current=current_iteration(status, now),
             iterations=timeline(events),
+            recent=tuple(events[-SPARK_ITERATIONS:]),
+            budgets=_budgets(self._started.poll()),
             transitions=transitions(history),
             processes=tree,
             notes=tuple(notes),
             state_dir_exists=exists,
         )
+
+
+def _budgets(started: list[dict[str, Any]]) -> Mapping[str, Any]:
+    budgets = started[-1].get("budgets") if started else None
+    return budgets if isinstance(budgets, Mapping) else {}
 
 
 def _console(file: Any = None) -> Console:

@@ -610,3 +610,23 @@ def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> N
     assert (value is None) != (note is None)
     assert value is None or isinstance(value, dict)
     assert note is None or one_line(note)
+
+
+def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
+    recent = [{"event": "iteration_finished", "iteration": i, "files_changed": f, "commits": 0, "errors": e,
+               "failed": e > 0, "cost_usd": 0.25} for i, (f, e) in enumerate([(3, 0), (0, 0), (0, 2), (6, 0)], 1)]
+    changes, errors, count = watch.sparklines(recent)
+    assert (count, len(changes), len(errors)) == (4, 4, 4)
+    assert changes[1] == "▁" and changes[3] == "█" and errors[2] == "█" and errors[0] == "▁"
+    view = {"state": "CLOSED", "tokens_used": 7200}
+    assert watch.spend_line(view, recent, {"token_budget": 100000, "cost_budget": 5.0}) == (
+        "tokens 7,200 of 100,000 (7 %) · dollars $1.00 of $5.00 (20 %)")
+    assert watch.spend_line(view, [], {}) == "tokens 7,200"
+    snap = watch.Snapshot(workspace="/w", state_dir="/w/.ralph-supervise", breaker=view, live=False, current=None,
+                          iterations=(), transitions=(), processes=(), recent=tuple(recent),
+                          budgets={"token_budget": 100000})
+    console = Console(width=120, record=True)
+    console.print(watch.render(snap, 1000.0))
+    text = console.export_text()
+    assert f"recent      changes {changes}  errors {errors}  (last 4)" in text
+    assert "spend       tokens 7,200 of 100,000 (7 %) · dollars $1.00" in text

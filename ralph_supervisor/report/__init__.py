@@ -1,0 +1,204 @@
+"""`ralph-supervise report`: what happened in a state folder, for the person who left the loop running.
+
+The latest run by default (`since` for more): the verdict first, then the timeline, the commits, the
+recurring errors, the restated blockers, the agent's last reply, process hygiene and what to decide.
+Markdown for terminals and GitHub, JSON for scripts, one self-contained HTML file for browsers; the
+supervisor writes `report.html` itself at every open and when it exits (`ReportWriter`).
+
+    account = collect(Path("proj/.ralph-supervise"))
+    print(render_markdown(account))
+    write_html(account, Path("proj/.ralph-supervise/report.html"))
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ralph_supervisor import store
+from ralph_supervisor.report.account import Account, build_account, choose_runs, split_runs
+from ralph_supervisor.report.html import render_html
+from ralph_supervisor.report.markdown import render_markdown
+from ralph_supervisor.report.sources import GitFacts, Records, read_git, read_records
+
+__all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_since", "render_html",
+           "render_markdown", "to_json", "write_html"]
+
+log = structlog.get_logger(__name__)
+
+REPORT_FILE = "report.html"
+
+
+def parse_since(text: str, now: float) -> float:
+    """`--since`: an ISO-8601 moment (`2026-12-01T08:00Z`, naive means UTC) or a duration back from now
+    (`90s`, `30m`, `12h`, `2d`, `1w`, `1h30m`). ValueError with what would be valid."""
+    raw = text.strip()
+    parts = re.fullmatch(r"((?:\d+(?:\.\d+)?[smhdw])+)", raw.lower())
+    if parts:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+        seconds = sum(float(n) * unit[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhdw])", parts.group(1)))
+        return now - seconds
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError("expected an ISO-8601 time (2026-12-01T08:00Z) or a duration (12h, 30m, 2d), "
+                         f"got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def collect(state_dir: Path, *, since: float | None = None, now: float | None = None, git: bool = True,
+            spawned: Callable[[int], None] | None = None, done: Callable[[int], None] | None = None,
+            records: Records | None = None) -> Account:
+    """Read the state folder (and the workspace's git) into the account of its latest run, or of every
+    run since `since`. `spawned`/`done` see the pid of each git process (see `sources.read_git`)."""
+    moment = time.time() if now is None else now
+    records = read_records(state_dir) if records is None else records
+    runs = choose_runs(split_runs(records.events), since, moment)
+    facts = GitFacts(note="not asked for")
+    if git:
+        workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(state_dir.parent)
+        facts = read_git(Path(workspace), runs[0].started_at if runs else None, spawned=spawned, done=done)
+    html = state_dir / REPORT_FILE
+    return build_account(records, runs, facts, now=moment, since=since,
+                         report_html=str(html) if html.exists() else "")
+
+
+def to_json(account: Account) -> dict[str, Any]:
+    """The account as JSON-ready data: every field, runs without their raw events."""
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(account):
+        value = getattr(account, f.name)
+        if f.name == "runs":
+            data["runs"] = [{k: v for k, v in dataclasses.asdict(dataclasses.replace(r, events=())).items()
+                             if k != "events"} for r in value]
+        elif dataclasses.is_dataclass(value):
+            data[f.name] = dataclasses.asdict(value)  # type: ignore[arg-type]
+        elif isinstance(value, tuple):
+            data[f.name] = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v  # type: ignore[arg-type]
+                            for v in value]
+        else:
+            data[f.name] = value
+    return data
+
+
+def write_html(account: Account, path: Path) -> int:
+    """Write the HTML report atomically (a reader never sees half of it); returns its size in bytes."""
+    data = render_html(account).encode("utf-8")
+    store.atomic_write_bytes(path, data)
+    return len(data)
+
+
+def write_report(state_dir: Path, *, spawned: Callable[[int], None] | None = None,
+                 done: Callable[[int], None] | None = None,
+                 still_wanted: Callable[[], bool] | None = None) -> Path | None:
+    """`state_dir/report.html` from what the folder holds now (its latest run); None when `still_wanted`
+    said no just before writing (a newer report is on its way)."""
+    path = state_dir / REPORT_FILE
+    account = collect(state_dir, spawned=spawned, done=done)
+    page = render_html(dataclasses.replace(account, report_html=str(path))).encode("utf-8")
+    if still_wanted is not None and not still_wanted():
+        return None
+    store.atomic_write_bytes(path, page)
+    return path
+
+
+class ReportWriter:
+    """Rewrites `report.html` on a thread of its own, so a render never delays the supervisor.
+
+    `request()` returns at once; requests that arrive while a render runs are folded into one more render
+    after it (the newest state is what counts). A failed render is logged once per kind of error, never
+    raised. `spawned`/`done` are told each git process's pid (the supervisor keeps them out of its tree).
+    A render holds a long run's records for a moment (about 60 MiB at 10,000 iterations); the freed heap
+    is handed back to the system after each render.
+    """
+
+    def __init__(self, state_dir: Path, *, spawned: Callable[[int], None] | None = None,
+                 done: Callable[[int], None] | None = None) -> None:
+        self.state_dir = state_dir
+        self._spawned, self._done = spawned, done
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-report")
+        self._lock = threading.Lock()
+        self._pending: concurrent.futures.Future[None] | None = None
+        self._warned: set[str] = set()
+        self._closing = False
+        self.written = 0
+
+    def request(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            if self._pending is not None and not self._pending.running() and not self._pending.done():
+                return  # a render is queued and will see the newest state
+            self._pending = self._pool.submit(self._render)
+
+    def _render(self) -> None:
+        from ralph_supervisor.memory import release_free_memory
+
+        try:
+            if write_report(self.state_dir, spawned=self._spawned, done=self._done,
+                            still_wanted=lambda: not self._closing) is not None:
+                self.written += 1
+        except Exception as exc:  # noqa: BLE001 - a report is a courtesy; supervision goes on
+            kind = type(exc).__name__
+            if kind not in self._warned:
+                self._warned.add(kind)
+                log.warning("report_unwritable", error=str(exc)[:300])
+        finally:
+            release_free_memory()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let a render in progress finish (at most `timeout`); none starts or writes after this."""
+        with self._lock:
+            self._closing = True
+            pending = self._pending
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if pending is not None:
+            try:
+                pending.result(timeout=timeout)
+            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+
+def main(state_dir: Path, *, html: Path | None = None, as_json: bool = False, since: str | None = None) -> int:
+    """The `report` command: Markdown on stdout (or JSON), the HTML file on request. 1 without state."""
+    import json
+
+    now = time.time()
+    moment = None
+    if since is not None:
+        try:
+            moment = parse_since(since, now)
+        except ValueError as exc:
+            print(f"ralph-supervise report: --since: {exc}", file=sys.stderr)
+            return 1
+    records = read_records(state_dir)
+    if not records.found:
+        print(f"ralph-supervise report: no supervisor state in {state_dir}", file=sys.stderr)
+        return 1
+    account = collect(state_dir, since=moment, now=now, records=records)
+    if html is not None:
+        try:
+            write_html(dataclasses.replace(account, report_html=str(html)), html)
+        except OSError as exc:
+            print(f"ralph-supervise report: --html: cannot write {html}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        account = dataclasses.replace(account, report_html=str(html))
+    for warning in account.warnings:
+        print(f"ralph-supervise report: warning: {warning}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(to_json(account), indent=2, ensure_ascii=False, default=str))
+    else:
+        sys.stdout.write(render_markdown(account))
+    return 0

@@ -1,0 +1,299 @@
+"""Everything the report reads, in one place: the state folder's files (named by their owners in `files/`),
+the workspace's git, and the fields the supervisor writes into its events for the report.
+
+The report only reads. Every file may be missing, half-written, rotated or damaged: a reader returns what
+it could read and one warning line per file that was not whole (never an exception, never a move aside:
+that is the supervisor's business when it starts).
+
+    records = read_records(Path("proj/.ralph-supervise"))
+    records.events[-1]["event"]   # "supervisor_stopped"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ralph_supervisor.files import escalation_md, events_jsonl, history_jsonl, ledger_json, state_json
+from ralph_supervisor.files.lock import running_supervisor_pid
+from ralph_supervisor.iteration import IterationReport
+
+MAX_ROTATED = 1000
+"""Rotated files are NAME.1 (newest) to NAME.N (oldest), as `rotating.RotatingFile` names them."""
+
+EVENTS_READ = frozenset({
+    "orphans_swept", "supervisor_started", "child_started", "child_exited", "iteration_started",
+    "iteration_finished", "tree_paused", "tree_resumed", "tree_stopped", "supervisor_stopped",
+    "limit_wait_started", "limit_wait_ended", "limit_wait_over", "limit_wait_finished",
+})
+"""The `event` names the report uses; other lines of events.jsonl are not even parsed."""
+
+_EVENT_NAME = re.compile(rb'"event": "([a-z_]+)"')
+
+GIT_TIMEOUT = 5.0
+GIT_LOG_ROWS = 50
+REPLY_CHARS = 500
+SIGNATURES_KEPT = 5
+
+
+# -- what the supervisor writes for the report -----------------------------------------------
+
+
+def iteration_fields(report: IterationReport) -> dict[str, Any]:
+    """Extra fields of the `iteration_finished` event, bounded: what the report shows of an iteration beyond
+    what the supervisor logs anyway (cost and returns among that): the reply, its RALPH_STATUS block, the
+    error signatures."""
+    fields: dict[str, Any] = {
+        "error_signatures": sorted(report.error_signatures)[:SIGNATURES_KEPT],
+        "first_error": report.first_error[:300],
+        "reply": (report.reply or "")[:REPLY_CHARS],
+        "status_block": {str(k)[:40]: str(v)[:200] for k, v in list(report.status.items())[:12]},
+        "completed": report.completed,
+        "states_blocker": report.states_blocker,
+    }
+    if report.blocked_reason:
+        fields["blocked_reason"] = report.blocked_reason[:300]
+    return fields
+
+
+def started_fields(settings: Any) -> dict[str, Any]:
+    """Extra fields of the `supervisor_started` event: the budgets and caps the report measures a run
+    against, and the loop's name (none of them is in the state folder otherwise)."""
+    names = ("token_budget", "daily_token_budget", "cost_budget", "daily_cost_budget", "max_iterations",
+             "max_opens", "on_open", "cooldown", "name")
+    return {"budgets": {name: getattr(settings, name, None) for name in names}}
+
+
+# -- the files of the state folder -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Records:
+    """What the state folder held when it was read: raw records, oldest first, and what was not readable."""
+
+    state_dir: Path
+    state: dict[str, Any] | None
+    history: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    ledger: list[dict[str, Any]]
+    escalation: Path | None
+    running_pid: int | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        """The folder holds supervisor state (what `report` exits 1 without)."""
+        return bool(self.state is not None or self.history or self.events or self.ledger)
+
+
+def read_records(state_dir: Path) -> Records:
+    """Read every file the report uses. Missing files are simply empty."""
+    warnings: list[str] = []
+    state, warning = read_state(state_dir)
+    warnings += [warning] if warning else []
+    history, more = read_jsonl(history_jsonl.path(state_dir))
+    warnings += more
+    events, more = read_jsonl(events_jsonl.path(state_dir), EVENTS_READ)
+    warnings += more
+    ledger, warning = read_ledger(state_dir)
+    warnings += [warning] if warning else []
+    escalation = escalation_md.path(state_dir)
+    return Records(
+        state_dir=state_dir,
+        state=state,
+        history=history,
+        events=events,
+        ledger=ledger,
+        escalation=escalation if escalation.is_file() else None,
+        running_pid=running_supervisor_pid(state_dir) if state_dir.is_dir() else None,
+        warnings=warnings,
+    )
+
+
+def read_state(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """`state.json` as its owner reads it, checked as the supervisor would (`breaker.Snapshot.from_dict`);
+    keys the snapshot does not know (`limit_until`, `cost_usd`, ...) are kept."""
+    from ralph_supervisor.breaker import Snapshot
+
+    data, note = state_json.read_dict(state_dir)
+    if data is None:
+        return None, (f"{note}: the breaker's state is not shown" if note else None)
+    try:
+        snapshot = Snapshot.from_dict(data.get("breaker", data)).to_dict()
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        return None, f"{state_json.NAME}: {str(exc)[:160]}: the breaker's state is not shown"
+    extras = {k: v for k, v in data.items() if k not in snapshot}
+    return {**extras, **snapshot}, None
+
+
+def rotated_files(path: Path) -> list[Path]:
+    """`path` and its rotated files that exist, oldest first."""
+    older: list[Path] = []
+    for index in range(1, MAX_ROTATED + 1):
+        candidate = path.with_name(f"{path.name}.{index}")
+        if not candidate.exists():
+            break
+        older.append(candidate)
+    return [*reversed(older), *([path] if path.exists() else [])]
+
+
+def read_jsonl(path: Path, wanted: frozenset[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSON objects of `path` and its rotated files, oldest first, and one warning per damaged file.
+
+    With `wanted`, only lines whose `event` is one of those names are parsed (a cheap regex first), so a
+    long structured log costs what its interesting lines cost. The last line of the live file may be
+    being written: a cut last line there is not damage.
+    """
+    records: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    files = rotated_files(path)
+    for file in files:
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            warnings.append(f"{file.name} is unreadable ({exc.strerror or exc}): skipped")
+            continue
+        lines = data.split(b"\n")
+        partial_tail = file == path and not data.endswith(b"\n")
+        bad: list[int] = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if wanted is not None:
+                name = _EVENT_NAME.search(line)
+                if name is not None and name.group(1).decode() not in wanted:
+                    continue
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError):
+                if not (partial_tail and number == len(lines)):
+                    bad.append(number)
+                continue
+            if not isinstance(value, dict):
+                bad.append(number)
+            elif wanted is None or value.get("event") in wanted:
+                records.append(value)
+        if bad:
+            what = "line is" if len(bad) == 1 else "lines are"
+            warnings.append(f"{file.name}: {len(bad)} {what} not a JSON object (line {bad[0]}"
+                            + (", ..." if len(bad) > 1 else "") + "): skipped, the rest is reported")
+    return records, warnings
+
+
+def read_ledger(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The attempts of the supervisor's own `ledger.json` (one per iteration: action, outcome, error, tokens)."""
+    path = ledger_json.path(state_dir)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return [], None
+    except (OSError, ValueError, RecursionError) as exc:
+        return [], f"{path.name} is unreadable ({str(exc)[:120]}): the agent's actions are not shown"
+    attempts = data.get("attempts") if isinstance(data, dict) else None
+    if not isinstance(attempts, list):
+        return [], f"{path.name} has no attempts list: the agent's actions are not shown"
+    return [a for a in attempts if isinstance(a, dict)], None
+
+
+# -- the workspace's git ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GitFacts:
+    """Commits since the run began and the diffstat against where it began; `note` says why not, if not."""
+
+    commits: tuple[tuple[str, str], ...] = ()
+    """(short hash, subject), newest first, at most GIT_LOG_ROWS."""
+    total_commits: int = 0
+    base: str = ""
+    """The commit the run started from ("" when the repository had none then)."""
+    diffstat: str = ""
+    """`git diff --shortstat` from the base to HEAD, e.g. "3 files changed, 40 insertions(+)"."""
+    files: tuple[str, ...] = ()
+    """`git diff --stat` lines (bounded)."""
+    uncommitted: str = ""
+    """What `git status` shows beyond HEAD, e.g. "1 changed, 2 untracked file(s)"."""
+    note: str = ""
+
+
+Spawned = Callable[[int], None]
+
+
+def _git(workspace: Path, args: list[str], deadline: float, spawned: Spawned | None,
+         done: Spawned | None) -> str:
+    """One read-only git command; raises RuntimeError with a one-line reason."""
+    # GIT_OPTIONAL_LOCKS=0: `git diff` and `status` would otherwise refresh and rewrite the index, racing
+    # the agent's own git commands (git-config(1), "GIT_OPTIONAL_LOCKS").
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_TERMINAL_PROMPT="0")
+    try:
+        proc = subprocess.Popen(["git", "-C", str(workspace), *args], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, process_group=0)
+    except OSError as exc:
+        raise RuntimeError(f"git cannot run ({exc.strerror or exc})") from None
+    if spawned is not None:
+        spawned(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RuntimeError("git took too long") from None
+    finally:
+        if done is not None:
+            done(proc.pid)
+    if proc.returncode != 0:
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        raise RuntimeError(lines[-1][:200] if lines else f"git exited {proc.returncode}")
+    return out.decode("utf-8", "replace")
+
+
+def read_git(workspace: Path, since: float | None, *, timeout: float = GIT_TIMEOUT,
+             spawned: Spawned | None = None, done: Spawned | None = None) -> GitFacts:
+    """What git says changed in `workspace` since `since` (epoch seconds): commits and the diffstat.
+
+    The base is the newest commit on HEAD older than `since` (commit dates, as `git rev-list --before`
+    reads them). `spawned`/`done` see each git process's pid (the supervisor keeps them out of its tree).
+    """
+    if since is None:
+        return GitFacts(note="the run's start time is unknown")
+    if not (workspace / ".git").exists():
+        return GitFacts(note=f"{workspace} is not a git work tree")
+    deadline = time.monotonic() + timeout
+    stamp = f"@{int(since)}"
+    try:
+        head = _git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD"], deadline, spawned, done).strip()
+    except RuntimeError:
+        return GitFacts(note="the repository has no commit yet")
+    try:
+        base = _git(workspace, ["rev-list", "-1", f"--before={stamp}", head], deadline, spawned, done).strip()
+        span = f"{base}..{head}" if base else head
+        log = _git(workspace, ["log", "--no-color", "--format=%h %s", f"-{GIT_LOG_ROWS}", span],
+                   deadline, spawned, done)
+        count = _git(workspace, ["rev-list", "--count", span], deadline, spawned, done).strip()
+        # Against the empty tree when the repository was born during the run.
+        against = base or _git(workspace, ["hash-object", "-t", "tree", "/dev/null"], deadline, spawned, done).strip()
+        short = _git(workspace, ["diff", "--no-color", "--shortstat", against, head], deadline, spawned, done)
+        stat = _git(workspace, ["diff", "--no-color", "--stat=100", against, head], deadline, spawned, done)
+        dirty = _git(workspace, ["status", "--porcelain=v1", "--untracked-files=normal"], deadline, spawned, done)
+    except RuntimeError as exc:
+        return GitFacts(note=f"git: {exc}")
+    commits = tuple((line.partition(" ")[0], line.partition(" ")[2]) for line in log.splitlines() if line.strip())
+    files = tuple(line.rstrip() for line in stat.splitlines()[:-1][:GIT_LOG_ROWS])
+    return GitFacts(commits=commits, total_commits=int(count) if count.isdigit() else len(commits),
+                    base=base[:12], diffstat=short.strip(), files=files, uncommitted=_dirt(dirty))
+
+
+def _dirt(porcelain: str) -> str:
+    """`git status --porcelain` in words: "2 changed, 3 untracked" ("" when the tree is clean)."""
+    lines = [line for line in porcelain.splitlines() if line.strip()]
+    untracked = sum(1 for line in lines if line.startswith("??"))
+    parts = [f"{len(lines) - untracked} changed"] if len(lines) > untracked else []
+    parts += [f"{untracked} untracked"] if untracked else []
+    return ", ".join(parts) + (" file(s)" if parts else "")
