@@ -532,6 +532,8 @@ def thresholds_from(settings: Settings) -> Thresholds:
         max_iterations=settings.max_iterations,
         token_budget=settings.token_budget,
         daily_token_budget=settings.daily_token_budget,
+        cost_budget=settings.cost_budget,
+        daily_cost_budget=settings.daily_cost_budget,
         cooldown_s=settings.cooldown_s,
         max_opens=settings.max_opens,
     )

@@ -94,8 +94,8 @@ def load_breaker(settings: Settings) -> tuple[Breaker, str | None]:
     snapshot, warning = state_json.load(settings.state_dir, move_bad=True)
     if snapshot is None:
         return Breaker(thresholds), f"{warning}; starting CLOSED" if warning else None
-    # --token-budget is per run; the daily budget is what spans runs.
-    return Breaker(thresholds, dataclasses.replace(snapshot, tokens_used=0)), None
+    # --token-budget and --cost-budget are per run; the daily budgets are what spans runs.
+    return Breaker(thresholds, dataclasses.replace(snapshot, tokens_used=0, cost_used=0.0)), None
 
 
 class NullMetrics:

@@ -127,14 +127,19 @@ def test_an_invalid_api_key_stops_with_exit_2_at_once(tmp_path: Path) -> None:
 
 
 def test_usage_limit_replies_do_not_count(tmp_path: Path) -> None:
-    env = loop_env("usage-limit", RALPH_LOOP_MAX="5")
-    result = run(tmp_path, *FAST, "--no-progress", "2", "--max-failures", "2", "--", str(LOOP), env=env)
+    # Each limited call says its limit resets in 2 s: the tree waits that long (no margin), then goes on.
+    env = loop_env("usage-limit", RALPH_LOOP_MAX="3", FAKE_AGENT_RESET_IN="2")
+    result = run(tmp_path, *FAST, "--no-progress", "2", "--max-failures", "2", "--limit-wait-margin", "0",
+                 "--", str(LOOP), env=env)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     state_dir = tmp_path / ".ralph-supervise"
     assert history(state_dir) == []
     finished = events(state_dir, "iteration_finished")
-    assert len(finished) == 5 and all(e["usage_limited"] for e in finished)
+    assert len(finished) == 3 and all(e["usage_limited"] for e in finished)
     assert state_of(state_dir)["state"] == "CLOSED"
+    waits = events(state_dir, "limit_wait_started")
+    assert len(waits) >= 2 and all(w["known_reset"] for w in waits)  # the third may come after the loop's exit
+    assert len(events(state_dir, "limit_wait_ended")) == len(waits)  # a frozen loop cannot exit: each wait ended
 
 
 def test_kill_mode_stops_the_tree_and_restarts_the_command_for_the_trial(tmp_path: Path) -> None:

@@ -89,3 +89,59 @@ def test_a_blocker_restated_while_a_scratch_file_churns_trips_paraphrase(tmp_pat
     ledger = json.loads((state_dir / "ledger.json").read_text())
     assert [a["outcome"] for a in ledger["attempts"][:3]] == ["success", "success", "success"]
     assert os.path.exists(workspace / "notes.txt")
+
+
+def test_a_usage_limit_freezes_the_tree_until_it_resets_and_resume_ends_the_wait(tmp_path: Path) -> None:
+    """The agent says its limit resets in an hour: the tree is frozen, the breaker stays CLOSED, status and
+    the tmux line say until when, and `resume` ends the wait at once."""
+    import subprocess
+    import time
+
+    from tests.helpers.supervise import start, supervise_argv, wait_for
+
+    workspace, loop = agent_loop(tmp_path, (
+        'if [ "$N" -eq 1 ]; then echo "Claude AI usage limit reached|$(( $(date +%s) + 3600 ))"; exit 1; fi\n'
+        f"printf '{RESULT}\\n' \"implemented step $N\"\n"
+        'echo "step $N" > "step$N.txt"\n'), calls=2)
+    proc = start(workspace, *FAST, "--", *loop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state_dir = workspace / ".ralph-supervise"
+
+    def cli(*args: str) -> str:
+        return subprocess.run(supervise_argv(*args, "-w", str(workspace)), capture_output=True, text=True,
+                              timeout=30).stdout
+
+    try:
+        wait_for(lambda: events(state_dir, "limit_wait_started"), timeout=30, what="the limit wait")
+        status = json.loads(cli("status", "--json"))
+        assert status["state"] == "CLOSED" and status["limit_until"] and status["child"]["paused"] is True
+        until = time.mktime(time.strptime(status["limit_until"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        assert 3600 <= until - time.time() <= 3660 + 5  # the reset plus the 60 s margin
+        assert cli("status", "--tmux").startswith("ralph: LIMIT until ")
+        assert "resumed" in cli("resume")
+        assert proc.wait(timeout=60) == 0  # the second call ran and the loop ended by itself
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert history(state_dir) == []  # never an open: a limit is not the loop's fault
+    assert [e["why"] for e in events(state_dir, "limit_wait_ended")] == ["resume by request"]
+    assert (workspace / "step2.txt").exists()
+
+
+def test_dollar_budgets_stop_the_run_and_the_daily_one_spans_runs(tmp_path: Path) -> None:
+    workspace, loop = agent_loop(tmp_path, (
+        'echo "step $N $$" > "step$N.txt"\n'
+        f"printf '{RESULT}\\n' \"implemented step $N\"\n"), calls=6)  # each call costs $0.01
+    code, state_dir = supervise(workspace, loop, "--cost-budget", "0.025", "--daily-cost-budget", "0.045")
+    assert code == 2
+    opened = history(state_dir)[-1]
+    assert opened["trigger"] == "cost-budget" and opened["iteration"] == 3 and "$0.0300 >= $0.0250" in opened["reason"]
+    assert json.loads((state_dir / "state.json").read_text())["cost_used"] == pytest.approx(0.03)
+    assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.03)
+    # A new run: the run budget starts again, the day's spend does not.
+    run(workspace, "reset")
+    code, _ = supervise(workspace, loop, "--cost-budget", "0.025", "--daily-cost-budget", "0.045")
+    assert code == 2
+    opened = history(state_dir)[-1]
+    assert opened["trigger"] == "daily-cost-budget" and "$0.0500 today >= $0.0450" in opened["reason"]
+    assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.05)

@@ -163,3 +163,20 @@ def test_rotating_file_survives_an_unwritable_folder(tmp_path: Path) -> None:
     f.write(b"abc")
     f.write(b"def")
     assert f.dropped_bytes == 6 and len(errors) == 1
+
+
+def test_every_breaker_threshold_comes_from_its_option(tmp_path: Path) -> None:
+    """No threshold the breaker has may be left at its default when the user set its option."""
+    import dataclasses
+
+    from ralph_supervisor.breaker import Thresholds
+    from ralph_supervisor.settings import thresholds_from
+
+    s = load_settings(workspace=str(tmp_path), env={}, flags={
+        "no_progress": 7, "same_error": 8, "output_decline": 9.0, "max_failures": 10, "stall": 11.0,
+        "paraphrase": 0.5, "max_iterations": 12, "token_budget": 13, "daily_token_budget": 14,
+        "cost_budget": 1.5, "daily_cost_budget": 2.5, "cooldown": 2.0, "max_opens": 15})
+    t = thresholds_from(s)
+    unset = {f.name for f in dataclasses.fields(Thresholds) if getattr(t, f.name) == getattr(Thresholds(), f.name)}
+    assert unset == {"trial_timeout_s", "same_error_similarity"}  # the two that are not options
+    assert (t.cost_budget, t.daily_cost_budget, t.cooldown_s) == (1.5, 2.5, 120.0)
