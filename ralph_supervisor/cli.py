@@ -25,14 +25,15 @@ from ralph_supervisor.settings import (
     parse_flag,
 )
 
-SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch", "report")
+SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch", "report", "ls")
 USAGE = """\
 ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...]   spawn COMMAND and supervise it
 ralph-supervise status [--json | --tmux] [-w DIR]     breaker and child status
 ralph-supervise reset [-w DIR]                        breaker to CLOSED, a paused tree resumed
 ralph-supervise pause | resume | stop [-w DIR]        ask the running supervisor of DIR
-ralph-supervise watch [-w DIR]                        live view of a supervised loop
+ralph-supervise watch [--all] [-w DIR]                live view of a supervised loop (of every loop with --all)
 ralph-supervise report [-w DIR] [--html FILE] [--json] [--since ISO|DURATION]   what happened, for a human
+ralph-supervise ls [--json] [--prune]                 every supervisor of this user on this machine
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
 ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
 ralph-supervise --version | --help"""
@@ -184,8 +185,13 @@ def _wait_for_exit(state_dir: Path, timeout: float) -> None:
 
 
 def cmd_watch(argv: Sequence[str]) -> int:
-    parser = _simple_parser("watch", [("--once", "print one frame and exit")])
+    parser = _simple_parser("watch", [("--once", "print one frame and exit"),
+                                      ("--all", "every registered loop, one line each (see ls)")])
     args = parser.parse_args(argv)
+    if args.all:
+        from ralph_supervisor import fleet_view
+
+        return fleet_view.main(once=args.once)
     from ralph_supervisor import watch
 
     root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
@@ -202,6 +208,16 @@ def cmd_report(argv: Sequence[str]) -> int:
 
     html = expand_path(args.html, "--html") if args.html else None
     return report.main(_state_dir(args.workspace, args.state_dir), html=html, as_json=args.json, since=args.since)
+
+
+def cmd_ls(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="ralph-supervise ls", description="Every supervisor of this user on this machine.")
+    parser.add_argument("--json", action="store_true", help="one JSON object per loop, in a list")
+    parser.add_argument("--prune", action="store_true", help="remove stale (and unreadable) registry entries")
+    args = parser.parse_args(argv)
+    from ralph_supervisor import fleet
+
+    return fleet.main(as_json=args.json, prune=args.prune)
 
 
 def cmd_check(argv: Sequence[str]) -> int:
@@ -242,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_watch(rest)
         if head == "report":
             return cmd_report(rest)
+        if head == "ls":
+            return cmd_ls(rest)
         return cmd_run(argv)
     except SettingsError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)

@@ -1,23 +1,39 @@
 """Prometheus metrics for fleets of loops: an HTTP endpoint on loopback, or a node-exporter textfile.
 
 Why Prometheus and nothing home-made: many boxes run many loops, and a Prometheus server scraping
-each supervisor (or node-exporter reading our textfile) is the scale-out path. Every metric carries a
-`workspace` label, so one dashboard shows every loop. A private registry keeps two supervisors in one
-process (tests, embedding) from colliding, and keeps Python's default process metrics out.
+each supervisor (or node-exporter reading our textfiles) is the scale-out path. Every metric carries a
+`workspace` and a `name` label, so one dashboard and one set of alert rules (`deploy/`) serve every
+loop. A private registry keeps two supervisors in one process (tests, embedding) from colliding, and
+keeps Python's default process metrics out.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    disable_created_metrics,
+    start_http_server,
+    write_to_textfile,
+)
 
+from ralph_supervisor.registry import loop_name
 from ralph_supervisor.triggers import TRIGGERS
 
 log = structlog.get_logger(__name__)
+
+# No `*_created` series: they would double every counter's series in a fleet, and no rule or dashboard
+# reads them (a process-wide switch of prometheus_client; this module is imported only when metrics are on).
+disable_created_metrics()
 
 __all__ = ["BREAKER_STATE_VALUES", "KNOWN_TRIGGERS", "Metrics", "breaker_state_value"]
 
@@ -36,18 +52,27 @@ def breaker_state_value(state: str) -> int:
 
 
 class Metrics:
-    """The supervisor's counters and gauges for one workspace."""
+    """The supervisor's counters and gauges for one loop, labelled `workspace` and `name`.
 
-    def __init__(self, workspace: str) -> None:
+    `name` is `--name`, or the workspace's folder name: always present, so every file and every target
+    of a fleet has the same label names (node-exporter merges many textfiles into one family).
+    """
+
+    def __init__(self, workspace: str, name: str | None = None) -> None:
         self.workspace = workspace
+        self.name = loop_name(Path(workspace), name)
         self.registry = CollectorRegistry(auto_describe=True)
-        ws = ["workspace"]
+        ws = ["workspace", "name"]
         r = self.registry
         self._iterations = Counter("ralph_supervise_iterations", "Iterations finished.", ws, registry=r)
         self._opens = Counter("ralph_supervise_breaker_opens", "Breaker opens, by trigger.",
-                              ["workspace", "trigger"], registry=r)
+                              [*ws, "trigger"], registry=r)
         self._state = Gauge("ralph_supervise_breaker_state", "Breaker state: 0 closed, 1 half-open, 2 open.",
                             ws, registry=r)
+        self._final = Gauge("ralph_supervise_breaker_final",
+                            "1 once the breaker opened for good (the loop is stopped; a human decides).", ws, registry=r)
+        self._iteration = Gauge("ralph_supervise_iteration",
+                                "Number of the latest iteration that started (kept across runs).", ws, registry=r)
         self._output = Counter("ralph_supervise_output_bytes", "Bytes the loop printed (pipes and tailed files).",
                                ws, registry=r)
         self._files = Counter("ralph_supervise_files_changed", "Files changed in the workspace, summed per iteration.",
@@ -65,55 +90,91 @@ class Metrics:
         self._limit = Gauge("ralph_supervise_limit_wait_until_timestamp_seconds",
                             "While the tree is frozen for a usage limit: until when (Unix time); else 0.", ws,
                             registry=r)
-        for metric in (self._iterations, self._state, self._output, self._files, self._tree, self._tokens,
-                       self._stops, self._survivors, self._running, self._started, self._cost, self._limit):
-            metric.labels(workspace)  # present (as 0) from the first scrape
+        heartbeat = Gauge("ralph_supervise_heartbeat_timestamp_seconds",
+                          "Unix time these metrics were served or written: a stale textfile means a dead supervisor.",
+                          ws, registry=r)
+        heartbeat.labels(workspace, self.name).set_function(time.time)
+        for metric in (self._iterations, self._state, self._final, self._iteration, self._output, self._files,
+                       self._tree, self._tokens, self._cost, self._stops, self._survivors, self._running,
+                       self._started, self._limit):
+            metric.labels(workspace, self.name)  # present (as 0) from the first scrape
         for trigger in KNOWN_TRIGGERS:
-            self._opens.labels(workspace, trigger)
+            self._opens.labels(workspace, self.name, trigger)
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._textfile_failed = False
+
+    def _of(self, metric: Counter | Gauge) -> Any:
+        return metric.labels(self.workspace, self.name)
 
     # -- what the supervisor reports ------------------------------------------------------------
 
     def iteration_started(self, *, now: float) -> None:
         """`now`: Unix time (wall clock), so dashboards can show the iteration's age."""
-        self._started.labels(self.workspace).set(now)
+        self._of(self._started).set(now)
 
     def iteration_finished(self, *, files_changed: int, output_bytes: int, tokens: int) -> None:
         """Counts one iteration; `output_bytes` is only for callers that do not stream `add_output_bytes`."""
-        ws = self.workspace
-        self._iterations.labels(ws).inc()
-        self._files.labels(ws).inc(max(0, files_changed))
-        self._output.labels(ws).inc(max(0, output_bytes))
-        self._tokens.labels(ws).inc(max(0, tokens))
+        self._of(self._iterations).inc()
+        self._of(self._files).inc(max(0, files_changed))
+        self._of(self._output).inc(max(0, output_bytes))
+        self._of(self._tokens).inc(max(0, tokens))
 
     def add_cost(self, usd: float) -> None:
-        if usd > 0:
-            self._cost.labels(self.workspace).inc(usd)
+        if usd == usd and 0 < usd < 1e9:  # NaN and nonsense are not spend
+            self._of(self._cost).inc(usd)
 
     def limit_wait(self, until: float | None) -> None:
-        self._limit.labels(self.workspace).set(until or 0)
+        self._of(self._limit).set(until or 0)
 
     def add_output_bytes(self, n: int) -> None:
         if n > 0:
-            self._output.labels(self.workspace).inc(n)
+            self._of(self._output).inc(n)
 
     def breaker_state(self, state: str) -> None:
-        self._state.labels(self.workspace).set(breaker_state_value(state))
+        self._of(self._state).set(breaker_state_value(state))
 
     def breaker_opened(self, trigger: str) -> None:
-        self._opens.labels(self.workspace, trigger or "none").inc()
+        self._opens.labels(self.workspace, self.name, trigger or "none").inc()
 
     def tree_size(self, n: int) -> None:
-        self._tree.labels(self.workspace).set(max(0, n))
+        self._of(self._tree).set(max(0, n))
 
     def tree_stopped(self, survivors: int) -> None:
-        self._stops.labels(self.workspace).inc()
-        self._survivors.labels(self.workspace).inc(max(0, survivors))
+        self._of(self._stops).inc()
+        self._of(self._survivors).inc(max(0, survivors))
 
     def child_running(self, running: bool) -> None:
-        self._running.labels(self.workspace).set(1 if running else 0)
+        self._of(self._running).set(1 if running else 0)
+
+    def follow(self, source: Callable[[], Mapping[str, Any]]) -> None:
+        """Read the breaker's state, its final flag and the iteration from `source` whenever the metrics are
+        exposed (a scrape, a textfile write), instead of being told each change.
+
+        `source` gives a `state.json`-shaped mapping (the supervisor passes its breaker's snapshot). It is
+        called from the metrics server's thread too, so it must only read. After this, `breaker_state()`
+        is the source's business and a call to it changes nothing.
+        """
+        def read(key: str) -> Any:
+            try:
+                return source().get(key)
+            except Exception:  # noqa: BLE001 - a scrape must never fail on our bookkeeping
+                return None
+
+        def state() -> float:
+            value = read("state")
+            try:
+                return float(breaker_state_value(value)) if isinstance(value, str) else 0.0
+            except ValueError:
+                return 0.0
+
+        def iteration() -> float:
+            value = read("iteration")
+            return float(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0.0
+
+        self._of(self._state).set_function(state)
+        self._of(self._final).set_function(lambda: 1.0 if read("final") is True else 0.0)
+        self._of(self._iteration).set_function(iteration)
 
     # -- exposition ----------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ import structlog
 
 from ralph_supervisor import files, store
 from ralph_supervisor.breaker import Breaker, Decision, State
+from ralph_supervisor.container import proc_mount_problem
 from ralph_supervisor.control import ControlError, ControlServer, socket_path
 from ralph_supervisor.decisions import EXIT_FOR_GOOD, EXIT_STOP_REQUEST, Plan, plan_for, plan_for_request
 from ralph_supervisor.escalation import render_escalation
@@ -69,6 +70,7 @@ from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
 from ralph_supervisor.report import ReportWriter, write_report
 from ralph_supervisor.report.sources import iteration_fields, started_fields
+from ralph_supervisor.registry import register_supervisor
 from ralph_supervisor.sdnotify import SystemdNotifier, environment_for_child, status_text
 from ralph_supervisor.settings import Settings, thresholds_from
 from ralph_supervisor.terminal import Terminal
@@ -142,7 +144,7 @@ class Supervisor:
         if settings.metrics_port is not None or settings.metrics_textfile is not None:
             from ralph_supervisor.metrics import Metrics  # prometheus_client only when asked for
 
-            self.metrics = Metrics(str(settings.workspace))
+            self.metrics = Metrics(str(settings.workspace), settings.name)
 
         # the tree
         self.subreaper = set_child_subreaper()
@@ -816,6 +818,10 @@ async def _supervise(settings: Settings, terminal: Terminal) -> int:
 
 def run_supervisor(settings: Settings) -> int:
     """Lock the state folder, sweep what a dead supervisor left, supervise, return the exit code."""
+    problem = proc_mount_problem()  # a PID namespace without its own /proc: the "tree" would be the machine
+    if problem:
+        print(f"ralph-supervise: {problem}", file=sys.stderr)
+        return 1
     try:
         files.prepare(settings.state_dir)
     except OSError as exc:
@@ -837,6 +843,7 @@ def run_supervisor(settings: Settings) -> int:
     tune_allocator()
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
     events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr)
+    registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
     code = 1
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
@@ -850,6 +857,8 @@ def run_supervisor(settings: Settings) -> int:
         log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
         write_report_at_exit(settings.state_dir)
         terminal.close()
+        if registration is not None:
+            registration.remove()
         if events is not None:
             events.close()
         lock.release()

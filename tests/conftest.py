@@ -97,6 +97,15 @@ def no_process_left_behind(monkeypatch: pytest.MonkeyPatch):
         pytest.fail(f"test left {len(survivors)} process(es) behind: {described}")
 
 
+@pytest.fixture(autouse=True)
+def private_registry(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Supervisors a test starts register in a folder of the test's own (created by the first one),
+    never in the user's registry that `ralph-supervise ls` reads."""
+    folder = tmp_path_factory.getbasetemp() / f"registry-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("RALPH_SUPERVISE_REGISTRY", str(folder))
+    return folder
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable

@@ -6,6 +6,7 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from structlog.testing import capture_logs
 from ralph_supervisor.metrics import KNOWN_TRIGGERS, Metrics, breaker_state_value
 
 WS = "/home/u/proj"
+NAME = "proj"  # no --name: the workspace's folder name
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -27,7 +29,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def value(text: str, name: str, **labels: str) -> float:
-    return samples(text)[(name, tuple(sorted({"workspace": WS, **labels}.items())))]
+    return samples(text)[(name, tuple(sorted({"workspace": WS, "name": NAME, **labels}.items())))]
 
 
 @pytest.fixture
@@ -81,7 +83,8 @@ def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metric
     text = scrape(port)
     for name in ("iterations_total", "output_bytes_total", "files_changed_total", "tokens_total",
                  "tree_stops_total", "tree_survivors_total", "breaker_state", "tree_processes",
-                 "child_running", "iteration_started_timestamp_seconds"):
+                 "child_running", "iteration_started_timestamp_seconds", "breaker_final", "iteration",
+                 "cost_usd_total", "limit_wait_until_timestamp_seconds"):
         assert value(text, f"ralph_supervise_{name}") == 0
     for trigger in KNOWN_TRIGGERS:
         assert value(text, "ralph_supervise_breaker_opens_total", trigger=trigger) == 0
@@ -102,8 +105,8 @@ def test_two_supervisors_in_one_process_keep_separate_metrics():
     try:
         first.iteration_finished(files_changed=1, output_bytes=1, tokens=1)
         p1, p2 = first.serve(0), second.serve(0)
-        assert samples(scrape(p1))[("ralph_supervise_iterations_total", (("workspace", "/a"),))] == 1
-        assert samples(scrape(p2))[("ralph_supervise_iterations_total", (("workspace", "/b"),))] == 0
+        assert samples(scrape(p1))[("ralph_supervise_iterations_total", (("name", "a"), ("workspace", "/a")))] == 1
+        assert samples(scrape(p2))[("ralph_supervise_iterations_total", (("name", "b"), ("workspace", "/b")))] == 0
     finally:
         first.close()
         second.close()
@@ -177,3 +180,55 @@ def test_an_unwritable_textfile_is_logged_once_and_never_raises(metrics: Metrics
         assert metrics.write_textfile(path) is False
         assert metrics.write_textfile(path) is False
     assert [e["event"] for e in logs].count("metrics_textfile_failed") == 1
+
+
+def test_every_sample_carries_the_workspace_and_the_name_label_given_with_name(tmp_path: Path):
+    m = Metrics(WS, "nightly")
+    try:
+        feed(m)
+        m.write_textfile(tmp_path / "ralph.prom")
+        found = samples((tmp_path / "ralph.prom").read_text())
+    finally:
+        m.close()
+    assert found
+    for metric, labels in found:
+        assert metric.startswith("ralph_supervise_")
+        assert dict(labels)["workspace"] == WS and dict(labels)["name"] == "nightly", metric
+
+
+def test_follow_state_takes_what_state_json_says_and_tolerates_what_it_lacks(metrics: Metrics, tmp_path: Path):
+    path = tmp_path / "ralph.prom"
+
+    def read() -> str:
+        assert metrics.write_textfile(path)
+        return path.read_text()
+
+    metrics.follow_state({"state": "CLOSED", "iteration": 7})  # no cost, no limit, no final: all tolerated
+    text = read()
+    assert value(text, "ralph_supervise_iteration") == 7
+    assert value(text, "ralph_supervise_breaker_final") == 0
+    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == 0
+    metrics.follow_state({"state": "CLOSED", "iteration": 8, "cost_usd": 1.5,
+                          "limit_until": "2026-12-01T15:28:00.000Z"})
+    metrics.follow_state({"state": "CLOSED", "iteration": 9, "cost_usd": 2.25})
+    text = read()
+    assert value(text, "ralph_supervise_cost_usd_total") == 0.75  # the first value seen is the baseline
+    reset = datetime(2026, 12, 1, 15, 28, tzinfo=timezone.utc).timestamp()
+    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == reset
+    metrics.follow_state({"state": "OPEN", "final": True, "cost_usd": 0.1, "limit_until": None,
+                          "iteration": "garbage"})
+    text = read()
+    assert value(text, "ralph_supervise_breaker_state") == 2
+    assert value(text, "ralph_supervise_breaker_final") == 1
+    assert value(text, "ralph_supervise_cost_usd_total") == 0.75  # a smaller value (new run) adds nothing
+    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == 0
+    assert value(text, "ralph_supervise_iteration") == 9
+
+
+def test_the_heartbeat_is_the_time_of_the_scrape_or_the_write(metrics: Metrics, tmp_path: Path):
+    import time
+
+    before = time.time()
+    metrics.write_textfile(tmp_path / "ralph.prom")
+    beat = value((tmp_path / "ralph.prom").read_text(), "ralph_supervise_heartbeat_timestamp_seconds")
+    assert before <= beat <= time.time()

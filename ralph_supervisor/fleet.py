@@ -1,0 +1,218 @@
+"""`ralph-supervise ls`: every supervisor of this user on this machine, one line per loop.
+
+The registry says which supervisors there are; each loop's own state folder says how it is doing
+(`state.json`, which the supervisor rewrites at every iteration start, every finished call and every
+transition). `ls` only reads: it asks no control socket (a hung supervisor cannot hang it), takes no
+lock, moves no file aside. Everything it reads may be missing or garbage: the row says so and the rest
+of the listing goes on.
+
+    rows, problems = collect()          # registry + state folders, as values
+    print("\\n".join(table(rows, time.time())))
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ralph_supervisor import registry
+from ralph_supervisor.files import state_json
+
+STATES = ("CLOSED", "HALF_OPEN", "OPEN")
+
+
+@dataclass(frozen=True)
+class LoopRow:
+    """One loop as `ls` shows it."""
+
+    name: str
+    workspace: str
+    state_dir: str
+    pid: int
+    alive: bool
+    since: str
+    """When the supervisor started (ISO-8601 UTC)."""
+    state: str
+    """CLOSED, HALF_OPEN, OPEN, or ? when its state.json cannot be read."""
+    trigger: str
+    iteration: int | None
+    tokens_used: int | None
+    cost_usd: float | None
+    limit_until: str | None
+    final: bool
+    updated_at: str | None
+    """When state.json was last written."""
+    note: str
+    """What is odd about this loop (final stop, limit wait, unreadable state), or empty."""
+    entry: str
+    """The registry file."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_state(state_dir: Path) -> tuple[dict[str, Any], str]:
+    """The fields `ls` shows from state.json, each checked for its type, and a note when the file is bad."""
+    data, note = state_json.read_dict(state_dir)  # only reads: a bad file is the loop's to move aside
+    if data is None:
+        return {}, note or ("" if state_dir.is_dir() else "no state folder")
+    out: dict[str, Any] = {}
+    state = data.get("state")
+    out["state"] = state if state in STATES else "?"
+    for key in ("trigger", "limit_until", "updated_at"):
+        if isinstance(data.get(key), str):
+            out[key] = data[key]
+    for key in ("iteration", "tokens_used"):
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            out[key] = value
+    cost = data.get("cost_usd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost == cost and 0 <= cost < 1e12:
+        out["cost_usd"] = float(cost)
+    out["final"] = data.get("final") is True
+    return out, "" if out["state"] != "?" else "state.json has no valid state"
+
+
+def loop_row(entry: registry.Entry, *, alive: bool) -> LoopRow:
+    state, note = read_state(Path(entry.state_dir))
+    notes = [note] if note else []
+    if state.get("final"):
+        notes.insert(0, "stopped for good")
+    limit = state.get("limit_until")
+    if limit:
+        notes.insert(0, f"usage limit until {local_clock(limit)}")
+    return LoopRow(
+        name=entry.name, workspace=entry.workspace, state_dir=entry.state_dir, pid=entry.pid, alive=alive,
+        since=entry.started_at, state=state.get("state", "?"), trigger=state.get("trigger", "none"),
+        iteration=state.get("iteration"), tokens_used=state.get("tokens_used"), cost_usd=state.get("cost_usd"),
+        limit_until=limit, final=bool(state.get("final")), updated_at=state.get("updated_at"),
+        note="; ".join(notes), entry=str(entry.path),
+    )
+
+
+def collect(dirs: list[Path] | None = None) -> tuple[list[LoopRow], list[str], list[Path]]:
+    """Rows (sorted by name, then workspace), problem lines, and the files `--prune` would remove."""
+    dirs = registry.reading_dirs() if dirs is None else dirs
+    listings = [registry.read_registry(folder) for folder in dirs]
+    problems: list[str] = []
+    if all(listing.missing for listing in listings):
+        problems.append(listings[0].problems[0])
+    for listing in listings:
+        if not listing.missing:
+            problems.extend(listing.problems)
+    boot = registry.current_boot_id()
+    rows: list[LoopRow] = []
+    prunable: list[Path] = []
+    for listing in listings:
+        prunable.extend(p for p in listing.garbage if not p.is_dir())
+        for entry in listing.entries:
+            alive = registry.is_alive(entry, registry.start_ticks(entry.pid), boot)
+            if not alive:
+                prunable.append(entry.path)
+            rows.append(loop_row(entry, alive=alive))
+    rows.sort(key=lambda r: (r.name, r.workspace, r.entry))
+    return rows, problems, prunable
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure: how a row reads
+
+
+def parse_iso(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return moment.timestamp()
+
+
+def local_clock(value: str) -> str:
+    """HH:MM in local time for an ISO time, or the text itself."""
+    moment = parse_iso(value)
+    return dt.datetime.fromtimestamp(moment).strftime("%H:%M") if moment is not None else value[:20]
+
+
+def age(since: str | None, now: float) -> str:
+    """How long ago, shortly: 45s, 12m, 3h05m, 2d04h; ? when unknown."""
+    moment = parse_iso(since)
+    if moment is None:
+        return "?"
+    s = int(max(0.0, now - moment))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def spend(row: LoopRow) -> str:
+    """Tokens (and dollars, when the agent reports them) of the current run."""
+    parts = []
+    if row.tokens_used is not None:
+        n = row.tokens_used
+        parts.append(f"{n} tok" if n < 1000 else f"{n / 1000:.1f}k tok" if n < 1_000_000 else f"{n / 1e6:.2f}M tok")
+    if row.cost_usd is not None:
+        parts.append(f"${row.cost_usd:.2f}")
+    return " ".join(parts) or "-"
+
+
+COLUMNS = ("NAME", "STATE", "TRIGGER", "ITER", "SPEND", "PID", "SINCE", "ALIVE", "WORKSPACE", "NOTE")
+
+
+def cells(row: LoopRow, now: float) -> tuple[str, ...]:
+    return (row.name, row.state, row.trigger if row.trigger not in ("", "none") else "-",
+            "?" if row.iteration is None else str(row.iteration), spend(row), str(row.pid), age(row.since, now),
+            "yes" if row.alive else "STALE", row.workspace, row.note)
+
+
+def table(rows: list[LoopRow], now: float) -> list[str]:
+    """Aligned plain-text lines (a header, then one per loop) that grep and awk can read."""
+    grid = [COLUMNS] + [cells(row, now) for row in rows]
+    widths = [max(len(line[i]) for line in grid) for i in range(len(COLUMNS))]
+    right = {"ITER", "PID"}
+    out = []
+    for line in grid:
+        parts = [value.rjust(w) if COLUMNS[i] in right else value.ljust(w)
+                 for i, (value, w) in enumerate(zip(line, widths))]
+        out.append("  ".join(parts).rstrip())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+
+
+def main(*, as_json: bool = False, prune: bool = False, now: float | None = None) -> int:
+    """Print the listing (and prune stale entries); always 0: a bad registry is reported, never fatal."""
+    import time
+
+    rows, problems, prunable = collect()
+    if prune and prunable:
+        removed, failures = registry.prune(prunable)
+        gone = {str(path) for path in removed}
+        rows = [row for row in rows if row.entry not in gone]
+        count = len(removed)
+        print(f"ralph-supervise ls: removed {count} stale or unreadable entr{'y' if count == 1 else 'ies'}",
+              file=sys.stderr)
+        if failures:
+            problems.append(f"could not remove {len(failures)} entr{'y' if len(failures) == 1 else 'ies'} "
+                            f"({failures[0]}{'; ...' if len(failures) > 1 else ''})")
+    for problem in problems:
+        print(f"ralph-supervise ls: {problem}", file=sys.stderr)
+    if as_json:
+        print(json.dumps([row.to_json() for row in rows], indent=2))
+    elif rows:
+        print("\n".join(table(rows, time.time() if now is None else now)))
+    elif not problems:
+        print("no supervisor is registered", file=sys.stderr)
+    return 0
