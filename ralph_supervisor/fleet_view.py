@@ -1,0 +1,83 @@
+"""`ralph-supervise watch --all`: every registered loop in one live view, one line each.
+
+The same rows as `ls` (the registry, and each loop's state.json), refreshed every second. It reads
+files only: watching a hundred loops costs their supervisors nothing.
+
+    fleet_view.main(once=True)      # print one frame
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ralph_supervisor import fleet
+from ralph_supervisor.watch import STATE_STYLE
+
+
+def render(rows: list[fleet.LoopRow], problems: list[str], now: float) -> RenderableType:
+    """One table row per loop, the breaker state in its colour; stale entries dimmed; problems below."""
+    counts = {state: sum(1 for r in rows if r.alive and r.state == state) for state in fleet.STATES}
+    stale = sum(1 for r in rows if not r.alive)
+    title = f"ralph-supervise · {len(rows)} loop{'s' if len(rows) != 1 else ''}"
+    summary = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+    if stale:
+        summary += (", " if summary else "") + f"{stale} stale"
+    table = Table(title=f"{title}" + (f" ({summary})" if summary else ""), title_justify="left",
+                  box=box.SIMPLE_HEAD, expand=True)
+    for column in ("name", "state", "trigger", "iter", "spend", "pid", "since", "changed", "alive", "workspace"):
+        table.add_column(column, justify="right" if column in ("iter", "pid") else "left",
+                         no_wrap=column != "workspace", overflow="fold" if column == "workspace" else "ellipsis",
+                         ratio=1 if column == "workspace" else None)
+    for row in rows:
+        name, state, trigger, iteration, spend, pid, since, alive, workspace, note = fleet.cells(row, now)
+        style = STATE_STYLE.get(row.state, "magenta") if row.alive else "dim"
+        where = Text(workspace)
+        if note:
+            where.append(f"  {note}", style="yellow" if row.alive else "dim")
+        table.add_row(name, Text(state, style=style), trigger, iteration, spend, pid, since,
+                      fleet.age(row.updated_at, now), Text(alive, style="green" if row.alive else "bold red"),
+                      where, style="dim" if not row.alive else None)
+    if not rows:
+        table.add_row("", Text("no supervisor is registered", style="dim"), *([""] * 8))
+    footer = Text(f"updated {time.strftime('%H:%M:%S', time.localtime(now))}   `ralph-supervise ls --prune` "
+                  "removes stale entries", style="dim")
+    for problem in problems:
+        footer.append(f"\n! {problem}", style="yellow")
+    return Group(table, footer)
+
+
+def frame(now: float) -> RenderableType:
+    rows, problems, _ = fleet.collect()
+    return render(rows, problems, now)
+
+
+def _console() -> Console:
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return Console()
+    return Console(width=160)  # a pipe or a test: wide enough that nothing is cut
+
+
+def main(*, once: bool = False, interval: float = 1.0) -> int:
+    """Show every loop until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail."""
+    console = _console()
+    if once:
+        now = time.time()
+        console.print(frame(now))
+        return 0
+    try:
+        now = time.time()
+        with Live(frame(now), console=console, screen=console.is_terminal, auto_refresh=False) as live:
+            while True:
+                time.sleep(max(0.1, interval))
+                now = time.time()
+                live.update(frame(now), refresh=True)
+    except KeyboardInterrupt:
+        return 0
