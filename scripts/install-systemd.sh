@@ -99,4 +99,5 @@ e.g.
   PATH=$PATH
 (systemd does not read your shell profile: the PATH line lets the service find ralph and claude.)
 For another folder: systemctl --user enable --now "ralph-supervise@\$(systemd-escape --path /path/to/project).service"
+Every loop of yours on this machine, running or stale: ralph-supervise ls   (or: ralph-supervise watch --all)
 EOF

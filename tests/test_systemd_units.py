@@ -256,3 +256,84 @@ def test_installer_refuses_an_unknown_argument(tmp_path: Path):
     result = install(tmp_path, "--frobnicate")
     assert result.returncode == 1
     assert "--frobnicate" in result.stderr
+
+
+# -- many loops: one instance of the template per workspace --------------------------------------
+
+
+def escape_path(path: Path, *, unescape: bool = False) -> str:
+    args = ["systemd-escape", "--path", *(["--unescape"] if unescape else []), str(path)]
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+
+
+def exec_start_argv(unit: dict[str, list[tuple[str, str]]], workspace: Path, env: dict[str, str]) -> list[str]:
+    """ExecStart as systemd runs it for this instance: %f the unescaped path, $VAR split into words."""
+    words = one(unit, "Service", "ExecStart").replace(PLACEHOLDER, "RALPH-SUPERVISE").split()
+    argv: list[str] = []
+    for word in words:
+        if word == "RALPH-SUPERVISE":
+            argv += [sys.executable, "-m", "ralph_supervisor"]
+        elif word.startswith("$"):
+            argv += env[word[1:]].split()
+        else:
+            argv.append(word.replace("%f", str(workspace)))
+    return argv
+
+
+@pytest.mark.slow
+def test_two_instances_of_the_template_run_side_by_side_and_ls_reads_both(
+    systemd_analyze, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """What the guide shows: one instance per workspace (systemd-escape --path), both listed by `ls`,
+    which reads the registry in XDG_RUNTIME_DIR as a systemd user service has it."""
+    import json
+    import signal as signals
+
+    from tests.helpers.supervise import wait_for
+
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    monkeypatch.delenv("RALPH_SUPERVISE_REGISTRY")  # the user manager's environment: XDG_RUNTIME_DIR only
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    units = tmp_path / "units"
+    units.mkdir()
+    template = (UNITS / TEMPLATE).read_text().replace(PLACEHOLDER, real_program())
+    workspaces = [tmp_path / "src" / "alpha", tmp_path / "src" / "beta-2"]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for workspace in workspaces:
+            workspace.mkdir(parents=True)
+            instance = escape_path(workspace)
+            assert escape_path(Path(instance), unescape=True) == str(workspace)  # what %f gives back
+            unit_file = units / f"ralph-supervise@{instance}.service"
+            unit_file.write_text(template)
+            checked = verify(unit_file)
+            assert checked.returncode == 0 and (checked.stdout + checked.stderr).strip() == "", checked.stderr
+            unit = parse_unit((UNITS / TEMPLATE).read_text())
+            # The instance's env file, as the guide writes it (the loop and the flags for this workspace).
+            env = {"RALPH_SUPERVISE_COMMAND": "sleep 600", "RALPH_SUPERVISE_ARGS": "--grace 1 --log-format json"}
+            argv = exec_start_argv(unit, workspace, env)
+            assert argv[3:6] == ["run", "-w", str(workspace)]
+            procs.append(subprocess.Popen(argv, cwd=workspace, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL,
+                                          env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}))
+
+        def both() -> list[dict[str, str]]:
+            shown = subprocess.run([sys.executable, "-m", "ralph_supervisor", "ls", "--json"], capture_output=True,
+                                   text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
+            rows = json.loads(shown.stdout or "[]")
+            return rows if len(rows) == 2 and all(r["alive"] for r in rows) else []
+
+        rows = wait_for(both, timeout=30, what="both instances in ls")
+        assert sorted(r["workspace"] for r in rows) == [str(w) for w in workspaces]
+        assert sorted(r["name"] for r in rows) == ["alpha", "beta-2"]
+        assert len(list((runtime / "ralph-supervise").iterdir())) == 2
+        for proc in procs:
+            proc.send_signal(signals.SIGTERM)  # systemctl --user stop (KillMode=mixed: the supervisor first)
+        assert [proc.wait(timeout=30) for proc in procs] == [143, 143]  # in SuccessExitStatus
+        assert list((runtime / "ralph-supervise").iterdir()) == []
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
