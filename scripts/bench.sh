@@ -2,7 +2,7 @@
 # Run every benchmark side by side with its baseline and rewrite docs/benchmarks.md.
 #   scripts/bench.sh [--quick] [--only NAME,NAME] [--no-soak] [--assemble-only]
 #     --quick          small sizes (minutes instead of the better part of an hour)
-#     --only           run only these sections (tap, supervisor, soak, filter, tree, workspace, check, ...);
+#     --only           run only these sections (tap, supervisor, soak, filter, tree, workspace, check, fleet, ...);
 #                      the others keep their last docs/bench/<name>.md
 #     --no-soak        skip the soak (scripts/soak.py: 10,000 iterations; 500 with --quick)
 #     --assemble-only  run nothing, rebuild docs/benchmarks.md from docs/bench/
