@@ -225,7 +225,7 @@ def test_the_table_is_aligned_with_one_header(tmp_path: Path):
     assert lines[2].split()[:8] == ["long-name", "OPEN", "stall", "100", "-", "12345", "?", "STALE"]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.builds(
     fleet.LoopRow, name=st.text(max_size=30), workspace=st.text(max_size=80), state_dir=st.text(max_size=5),
     pid=st.integers(1, 2**22), alive=st.booleans(), since=st.one_of(st.just(""), st.text(max_size=30)),
