@@ -21,6 +21,7 @@ from typing import Any
 
 from ralph_supervisor import registry
 from ralph_supervisor.files import state_json
+from ralph_supervisor.values import duration, parse_time
 
 STATES = ("CLOSED", "HALF_OPEN", "OPEN")
 
@@ -122,37 +123,16 @@ def collect(dirs: list[Path] | None = None) -> tuple[list[LoopRow], list[str], l
 # Pure: how a row reads
 
 
-def parse_iso(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.timestamp()
-
-
 def local_clock(value: str) -> str:
     """HH:MM in local time for an ISO time, or the text itself."""
-    moment = parse_iso(value)
+    moment = parse_time(value)
     return dt.datetime.fromtimestamp(moment).strftime("%H:%M") if moment is not None else value[:20]
 
 
 def age(since: str | None, now: float) -> str:
-    """How long ago, shortly: 45s, 12m, 3h05m, 2d04h; ? when unknown."""
-    moment = parse_iso(since)
-    if moment is None:
-        return "?"
-    s = int(max(0.0, now - moment))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    """How long ago (45s, 12m05s, 3h05m, 2d04h); ? when unknown."""
+    moment = parse_time(since)
+    return duration(None if moment is None else now - moment)
 
 
 def spend(row: LoopRow) -> str:

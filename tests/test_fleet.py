@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from ralph_supervisor import fleet, fleet_view, registry
+from ralph_supervisor.values import parse_time
 from tests.helpers.supervise import REPO, events, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1")
@@ -187,7 +188,7 @@ def test_a_row_shows_what_the_state_folder_says_including_keys_other_parts_add(t
     assert (row.state, row.trigger, row.iteration, row.tokens_used, row.cost_usd, row.final) == (
         "OPEN", "cost-budget", 12, 48_200, 3.5, True)
     assert "stopped for good" in row.note and "usage limit until" in row.note
-    now = fleet.parse_iso("2026-12-01T12:13:00.000Z")
+    now = parse_time("2026-12-01T12:13:00.000Z")
     assert now is not None
     name, state, trigger, it, spend, pid, since, alive, where, _ = fleet.cells(row, now)
     assert (name, state, trigger, it, spend, pid, since, alive, where) == (
