@@ -145,6 +145,7 @@ class Supervisor:
             from ralph_supervisor.metrics import Metrics  # prometheus_client only when asked for
 
             self.metrics = Metrics(str(settings.workspace), settings.name)
+            self.metrics.follow(lambda: self.breaker.snapshot().to_dict())  # read at each scrape or textfile
 
         # the tree
         self.subreaper = set_child_subreaper()
@@ -215,7 +216,7 @@ class Supervisor:
                 print(f"ralph-supervise: the breaker opened for good ({self.breaker.trigger}: {self.breaker.reason}); "
                       f"run `ralph-supervise reset -w {self.settings.workspace}` to start again", file=sys.stderr)
                 self._finish(EXIT_FOR_GOOD)
-        else:
+        elif not (self._signals or self._exiting()):  # a signal during start-up: never start the command
             self._spawn()
         self.records.save(self.breaker.snapshot())
         self.sd.ready(self._sd_status())
@@ -242,6 +243,9 @@ class Supervisor:
         self.loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
         self.loop.add_signal_handler(signal.SIGTERM, self._on_signal, signal.SIGTERM)
         self.loop.add_signal_handler(signal.SIGCHLD, self._on_sigchld)
+        for signum in _EARLY_SIGNALS:  # SIGTERM or SIGINT before the event loop took over: honour it now
+            self._on_signal(signum)
+        _EARLY_SIGNALS.clear()
 
     async def _shutdown(self) -> None:
         if self.tree.scan():
@@ -816,8 +820,19 @@ async def _supervise(settings: Settings, terminal: Terminal) -> int:
     return await Supervisor(settings, terminal).run()
 
 
+_EARLY_SIGNALS: list[int] = []
+"""SIGTERM / SIGINT received before the event loop's handlers exist. As PID 1 (a container) an unhandled
+SIGTERM would be dropped, and otherwise it would kill us before we unregister and unlock."""
+
+
+def _catch_early_signals() -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: _EARLY_SIGNALS.append(received))
+
+
 def run_supervisor(settings: Settings) -> int:
     """Lock the state folder, sweep what a dead supervisor left, supervise, return the exit code."""
+    _catch_early_signals()
     problem = proc_mount_problem()  # a PID namespace without its own /proc: the "tree" would be the machine
     if problem:
         print(f"ralph-supervise: {problem}", file=sys.stderr)

@@ -224,3 +224,36 @@ def test_a_pid_namespace_without_its_own_proc_is_refused_before_anything_runs(tm
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and "/proc belongs to another PID namespace" in result.stderr
     assert not marker.exists() and not (tmp_path / "state").exists()
+
+
+def _start_and_signal_at_once(argv: list[str], cwd: Path, registry: Path, env: dict[str, str]) -> int:
+    """Start the supervisor, SIGTERM it the moment its registry entry appears (start-up is not over), and
+    return its exit code."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: (registry.is_dir() and any(registry.iterdir())) or proc.poll() is not None,
+                 timeout=60, interval=0.002, what="the registry entry")
+        target = proc.pid if argv[0] != "unshare" else wait_for(lambda: children(proc.pid), what="PID 1")[0]
+        os.kill(target, signal.SIGTERM)
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_pid_1", [False, True], ids=["process", "pid-1"])
+def test_a_sigterm_during_start_up_ends_the_run_with_143_and_no_entry_left(
+    as_pid_1: bool, tmp_path: Path, private_registry: Path, request: pytest.FixtureRequest
+):
+    """Before the event loop's handlers exist a SIGTERM would kill the supervisor without unregistering, or,
+    as PID 1, be dropped and leave the loop running: it is caught and honoured once the loop starts."""
+    prefix = request.getfixturevalue("pid_namespace") if as_pid_1 else []
+    state, workspace = tmp_path / "state", tmp_path / "workspace"
+    workspace.mkdir()
+    argv = [*prefix, *entrypoint(state, workspace, "sleep", "600")]
+    assert _start_and_signal_at_once(argv, workspace, private_registry, container_env()) == 143
+    assert list(private_registry.iterdir()) == []
+    assert [e["code"] for e in events(state, "supervisor_stopped")] == [143]

@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -196,33 +197,51 @@ def test_every_sample_carries_the_workspace_and_the_name_label_given_with_name(t
         assert dict(labels)["workspace"] == WS and dict(labels)["name"] == "nightly", metric
 
 
-def test_follow_state_takes_what_state_json_says_and_tolerates_what_it_lacks(metrics: Metrics, tmp_path: Path):
+def test_followed_state_is_read_at_each_exposition_and_what_it_lacks_is_tolerated(metrics: Metrics, tmp_path: Path):
     path = tmp_path / "ralph.prom"
+    state: dict[str, Any] = {"state": "CLOSED", "iteration": 7}  # no final, no limit: all tolerated
+    metrics.follow(lambda: state)
 
     def read() -> str:
         assert metrics.write_textfile(path)
         return path.read_text()
 
-    metrics.follow_state({"state": "CLOSED", "iteration": 7})  # no cost, no limit, no final: all tolerated
     text = read()
+    assert value(text, "ralph_supervise_breaker_state") == 0
     assert value(text, "ralph_supervise_iteration") == 7
     assert value(text, "ralph_supervise_breaker_final") == 0
     assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == 0
-    metrics.follow_state({"state": "CLOSED", "iteration": 8, "cost_usd": 1.5,
-                          "limit_until": "2026-12-01T15:28:00.000Z"})
-    metrics.follow_state({"state": "CLOSED", "iteration": 9, "cost_usd": 2.25})
-    text = read()
-    assert value(text, "ralph_supervise_cost_usd_total") == 0.75  # the first value seen is the baseline
+    state.update(state="OPEN", final=True, iteration=9, limit_until="2026-12-01T15:28:00.000Z")
+    port = metrics.serve(0)
+    scraped = scrape(port)  # read in the server's thread, at the scrape
     reset = datetime(2026, 12, 1, 15, 28, tzinfo=timezone.utc).timestamp()
-    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == reset
-    metrics.follow_state({"state": "OPEN", "final": True, "cost_usd": 0.1, "limit_until": None,
-                          "iteration": "garbage"})
+    assert value(scraped, "ralph_supervise_breaker_state") == 2
+    assert value(scraped, "ralph_supervise_breaker_final") == 1
+    assert value(scraped, "ralph_supervise_iteration") == 9
+    assert value(scraped, "ralph_supervise_limit_wait_until_timestamp_seconds") == reset
+    metrics.breaker_state("HALF_OPEN")  # the source decides now
+    state.clear()
+    state.update(state="AJAR", iteration="nine", limit_until="whenever", final="yes")  # garbage is zeros
     text = read()
-    assert value(text, "ralph_supervise_breaker_state") == 2
-    assert value(text, "ralph_supervise_breaker_final") == 1
-    assert value(text, "ralph_supervise_cost_usd_total") == 0.75  # a smaller value (new run) adds nothing
-    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == 0
-    assert value(text, "ralph_supervise_iteration") == 9
+    for name in ("breaker_state", "iteration", "limit_wait_until_timestamp_seconds", "breaker_final"):
+        assert value(text, f"ralph_supervise_{name}") == 0
+
+
+def test_a_failing_source_never_fails_a_scrape(metrics: Metrics):
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("bookkeeping bug")
+
+    metrics.follow(broken)
+    assert value(scrape(metrics.serve(0)), "ralph_supervise_breaker_state") == 0
+
+
+def test_cost_is_counted_per_iteration_when_the_agent_reports_it(metrics: Metrics, tmp_path: Path):
+    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10, cost_usd=0.25)
+    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10)  # an agent that reports no cost
+    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10, cost_usd=float("nan"))
+    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10, cost_usd=0.5)
+    metrics.write_textfile(tmp_path / "ralph.prom")
+    assert value((tmp_path / "ralph.prom").read_text(), "ralph_supervise_cost_usd_total") == 0.75
 
 
 def test_the_heartbeat_is_the_time_of_the_scrape_or_the_write(metrics: Metrics, tmp_path: Path):
