@@ -12,7 +12,6 @@ of the listing goes on.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -21,7 +20,7 @@ from typing import Any
 
 from ralph_supervisor import registry
 from ralph_supervisor.files import state_json
-from ralph_supervisor.values import duration, parse_time
+from ralph_supervisor.values import duration, local_clock, parse_time
 
 STATES = ("CLOSED", "HALF_OPEN", "OPEN")
 
@@ -71,7 +70,7 @@ def read_state(state_dir: Path) -> tuple[dict[str, Any], str]:
         value = data.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             out[key] = value
-    cost = data.get("cost_usd")
+    cost = data.get("cost_usd", data.get("cost_used"))  # status-shaped, or the breaker's own name
     if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost == cost and 0 <= cost < 1e12:
         out["cost_usd"] = float(cost)
     out["final"] = data.get("final") is True
@@ -121,12 +120,6 @@ def collect(dirs: list[Path] | None = None) -> tuple[list[LoopRow], list[str], l
 
 # ---------------------------------------------------------------------------------------------
 # Pure: how a row reads
-
-
-def local_clock(value: str) -> str:
-    """HH:MM in local time for an ISO time, or the text itself."""
-    moment = parse_time(value)
-    return dt.datetime.fromtimestamp(moment).strftime("%H:%M") if moment is not None else value[:20]
 
 
 def age(since: str | None, now: float) -> str:

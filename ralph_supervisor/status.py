@@ -6,7 +6,6 @@ With a supervisor running, the live answer comes over its control socket; withou
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from ralph_supervisor.breaker import Breaker, Thresholds
 from ralph_supervisor.control import ControlError, NoSupervisor, request
 from ralph_supervisor.files import history_jsonl, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
+from ralph_supervisor.values import local_clock
 
 STATUS_KEYS = ("state", "trigger", "reason", "iteration", "consecutive_no_progress", "consecutive_same_error",
                "consecutive_failures", "total_opens", "tokens_used", "cost_usd", "limit_until", "final")
@@ -50,14 +50,6 @@ def collect(state_dir: Path) -> dict[str, Any]:
     if warning:
         data["warning"] = warning
     return data
-
-
-def local_clock(iso: str) -> str:
-    """`HH:MM` in the local time zone for an ISO-8601 UTC time (the text itself when it is not one)."""
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone().strftime("%H:%M")
-    except (ValueError, AttributeError):
-        return str(iso)
 
 
 def tmux_line(status: dict[str, Any]) -> str:

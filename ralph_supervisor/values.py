@@ -94,6 +94,17 @@ def parse_time(value: Any) -> float | None:
     return moment.timestamp()
 
 
+def local_clock(value: Any) -> str:
+    """`HH:MM` in the local time zone for an ISO-8601 UTC (or Unix) time; the text itself when it is not one."""
+    moment = parse_time(value)
+    if moment is None:
+        return str(value)
+    try:
+        return dt.datetime.fromtimestamp(moment).strftime("%H:%M")
+    except (OverflowError, OSError, ValueError):
+        return str(value)
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"

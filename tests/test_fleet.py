@@ -179,7 +179,7 @@ def test_missing_and_misplaced_registry_folders_are_one_line_each(tmp_path: Path
 
 def test_a_row_shows_what_the_state_folder_says_including_keys_other_parts_add(tmp_path: Path):
     ws = tmp_path / "proj"
-    state_folder(ws, state="OPEN", trigger="cost-budget", iteration=12, tokens_used=48_200, cost_usd=3.5,
+    state_folder(ws, state="OPEN", trigger="cost-budget", iteration=12, tokens_used=48_200, cost_used=3.5,
                  final=True, limit_until="2026-12-01T15:28:00.000Z", updated_at="2026-12-01T10:05:00.000Z")
     entry = registry.parse_entry(Path("e.json"), json.dumps(
         {"pid": 7, "workspace": str(ws), "state_dir": str(ws / ".ralph-supervise"), "name": "nightly",

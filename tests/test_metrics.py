@@ -199,7 +199,7 @@ def test_every_sample_carries_the_workspace_and_the_name_label_given_with_name(t
 
 def test_followed_state_is_read_at_each_exposition_and_what_it_lacks_is_tolerated(metrics: Metrics, tmp_path: Path):
     path = tmp_path / "ralph.prom"
-    state: dict[str, Any] = {"state": "CLOSED", "iteration": 7}  # no final, no limit: all tolerated
+    state: dict[str, Any] = {"state": "CLOSED", "iteration": 7}  # no final: tolerated
     metrics.follow(lambda: state)
 
     def read() -> str:
@@ -210,20 +210,16 @@ def test_followed_state_is_read_at_each_exposition_and_what_it_lacks_is_tolerate
     assert value(text, "ralph_supervise_breaker_state") == 0
     assert value(text, "ralph_supervise_iteration") == 7
     assert value(text, "ralph_supervise_breaker_final") == 0
-    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == 0
-    state.update(state="OPEN", final=True, iteration=9, limit_until="2026-12-01T15:28:00.000Z")
-    port = metrics.serve(0)
-    scraped = scrape(port)  # read in the server's thread, at the scrape
-    reset = datetime(2026, 12, 1, 15, 28, tzinfo=timezone.utc).timestamp()
+    state.update(state="OPEN", final=True, iteration=9)
+    scraped = scrape(metrics.serve(0))  # read in the server's thread, at the scrape
     assert value(scraped, "ralph_supervise_breaker_state") == 2
     assert value(scraped, "ralph_supervise_breaker_final") == 1
     assert value(scraped, "ralph_supervise_iteration") == 9
-    assert value(scraped, "ralph_supervise_limit_wait_until_timestamp_seconds") == reset
     metrics.breaker_state("HALF_OPEN")  # the source decides now
     state.clear()
-    state.update(state="AJAR", iteration="nine", limit_until="whenever", final="yes")  # garbage is zeros
+    state.update(state="AJAR", iteration="nine", final="yes")  # garbage reads as zeros
     text = read()
-    for name in ("breaker_state", "iteration", "limit_wait_until_timestamp_seconds", "breaker_final"):
+    for name in ("breaker_state", "iteration", "breaker_final"):
         assert value(text, f"ralph_supervise_{name}") == 0
 
 
@@ -235,13 +231,18 @@ def test_a_failing_source_never_fails_a_scrape(metrics: Metrics):
     assert value(scrape(metrics.serve(0)), "ralph_supervise_breaker_state") == 0
 
 
-def test_cost_is_counted_per_iteration_when_the_agent_reports_it(metrics: Metrics, tmp_path: Path):
-    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10, cost_usd=0.25)
-    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10)  # an agent that reports no cost
-    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10, cost_usd=float("nan"))
-    metrics.iteration_finished(files_changed=0, output_bytes=0, tokens=10, cost_usd=0.5)
+def test_cost_and_the_limit_wait_carry_the_loops_labels(metrics: Metrics, tmp_path: Path):
+    for usd in (0.25, 0.0, float("nan"), -1.0, 0.5):  # only real spend counts
+        metrics.add_cost(usd)
+    reset = datetime(2026, 12, 1, 15, 28, tzinfo=timezone.utc).timestamp()
+    metrics.limit_wait(reset)
     metrics.write_textfile(tmp_path / "ralph.prom")
-    assert value((tmp_path / "ralph.prom").read_text(), "ralph_supervise_cost_usd_total") == 0.75
+    text = (tmp_path / "ralph.prom").read_text()
+    assert value(text, "ralph_supervise_cost_usd_total") == 0.75
+    assert value(text, "ralph_supervise_limit_wait_until_timestamp_seconds") == reset
+    metrics.limit_wait(None)
+    metrics.write_textfile(tmp_path / "ralph.prom")
+    assert value((tmp_path / "ralph.prom").read_text(), "ralph_supervise_limit_wait_until_timestamp_seconds") == 0
 
 
 def test_the_heartbeat_is_the_time_of_the_scrape_or_the_write(metrics: Metrics, tmp_path: Path):
