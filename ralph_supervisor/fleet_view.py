@@ -1,25 +1,23 @@
 """`ralph-supervise watch --all`: every registered loop in one live view, one line each.
 
-The same rows as `ls` (the registry, and each loop's state.json), refreshed every second. It reads
-files only: watching a hundred loops costs their supervisors nothing.
+The same rows as `ls` (the registry, and each loop's state.json), refreshed every second through the
+same terminal outlet as `watch` (a terminal that stops reading only skips frames). It reads files
+only: watching a hundred loops costs their supervisors nothing.
 
     fleet_view.main(once=True)      # print one frame
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from ralph_supervisor import fleet
-from ralph_supervisor.watch import STATE_STYLE
+from ralph_supervisor.watch import STATE_STYLE, show
 
 
 def render(rows: list[fleet.LoopRow], problems: list[str], now: float) -> RenderableType:
@@ -59,25 +57,6 @@ def frame(now: float) -> RenderableType:
     return render(rows, problems, now)
 
 
-def _console() -> Console:
-    if sys.stdout.isatty() or "COLUMNS" in os.environ:
-        return Console()
-    return Console(width=160)  # a pipe or a test: wide enough that nothing is cut
-
-
 def main(*, once: bool = False, interval: float = 1.0) -> int:
     """Show every loop until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail."""
-    console = _console()
-    if once:
-        now = time.time()
-        console.print(frame(now))
-        return 0
-    try:
-        now = time.time()
-        with Live(frame(now), console=console, screen=console.is_terminal, auto_refresh=False) as live:
-            while True:
-                time.sleep(max(0.1, interval))
-                now = time.time()
-                live.update(frame(now), refresh=True)
-    except KeyboardInterrupt:
-        return 0
+    return show(frame, once=once, interval=interval, width=160)

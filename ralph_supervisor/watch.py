@@ -610,37 +610,33 @@ def _budgets(started: list[dict[str, Any]]) -> Mapping[str, Any]:
     return budgets if isinstance(budgets, Mapping) else {}
 
 
-def _console(file: Any = None) -> Console:
+def _console(file: Any = None, width: int = 120) -> Console:
     if sys.stdout.isatty() or "COLUMNS" in os.environ:
         return Console(file=file)
-    return Console(file=file, width=120)  # a pipe or a test: wide enough that nothing is cut
+    return Console(file=file, width=width)  # a pipe or a test: wide enough that nothing is cut
 
 
-def main(workspace: Path, state_dir: Path, *, once: bool = False, interval: float = 1.0) -> int:
-    """Show the dashboard until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail.
+def show(frame: Callable[[float], RenderableType], *, once: bool = False, interval: float = 1.0,
+         width: int = 120) -> int:
+    """Print `frame(now)` once, or refresh it every `interval` seconds until Ctrl-C. Always 0.
 
     The live view writes through a terminal outlet of its own thread (`ralph_supervisor/terminal.py`):
     a terminal that stops reading (Ctrl-S, a pane nobody reads) only skips frames, so Ctrl-C always
     ends the view, after at most a second spent putting the screen back."""
-    watcher = Watcher(Path(workspace), Path(state_dir))
     if once:
-        now = time.time()
-        _console().print(render(watcher.snapshot(now), now))
+        _console(width=width).print(frame(time.time()))
         return 0
     interval = max(0.1, interval)
     outlet = Outlet(1)
     stream = outlet.stream()
-    console = _console(stream)
+    console = _console(stream, width)
     try:
-        now = time.time()
-        with Live(render(watcher.snapshot(now), now), console=console, screen=console.is_terminal,
-                  auto_refresh=False) as live:
+        with Live(frame(time.time()), console=console, screen=console.is_terminal, auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
                 if not stream.drained():
                     continue  # the terminal has not taken the last frame: no new one on top of it
-                now = time.time()
-                live.update(render(watcher.snapshot(now), now), refresh=True)
+                live.update(frame(time.time()), refresh=True)
     except KeyboardInterrupt:
         pass
     finally:
@@ -650,3 +646,9 @@ def main(workspace: Path, state_dir: Path, *, once: bool = False, interval: floa
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def main(workspace: Path, state_dir: Path, *, once: bool = False, interval: float = 1.0) -> int:
+    """Show the dashboard until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail."""
+    watcher = Watcher(Path(workspace), Path(state_dir))
+    return show(lambda now: render(watcher.snapshot(now), now), once=once, interval=interval)

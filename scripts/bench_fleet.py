@@ -176,12 +176,7 @@ process (interpreter start-up included) against `ralph-supervise --version`, alt
 - CPU of each supervisor, sorted (%): {spread}.
 - Exit codes after SIGTERM: {sorted(set(c for c in codes if c is not None))} (143 is the contract's).
 """
-    notes_file = args.out.with_name("fleet.notes.md")
-    if notes_file.exists():
-        md += "\n" + notes_file.read_text(encoding="utf-8")
-    path = kit.write_section("fleet", md, rows, args.out, {"load_average_start": round(load_start, 2)})
-    print(md)
-    print(f"wrote {path}")
+    kit.publish("fleet", md, rows, args.out, load_start)
     left_procs = kit.leftovers()
     if left_procs:
         print(f"bench_fleet: processes left behind: {left_procs} (killing them)", file=sys.stderr)
