@@ -56,9 +56,9 @@ class Records:
         log.info("breaker_transition", **{k: v for k, v in line.items() if k != "ts"}, final=decision.final, **fields)
         return line
 
-    def save(self, snapshot: Snapshot) -> None:
+    def save(self, snapshot: Snapshot, *, limit_until: float | None = None) -> None:
         try:
-            state_json.save(self.state_dir, snapshot, supervisor_pid=os.getpid())
+            state_json.save(self.state_dir, snapshot, supervisor_pid=os.getpid(), limit_until=limit_until)
         except OSError as exc:
             self.warnings.once("state_unwritable", error=str(exc))
 

@@ -218,7 +218,7 @@ class Supervisor:
                 self._finish(EXIT_FOR_GOOD)
         elif not (self._signals or self._exiting()):  # a signal during start-up: never start the command
             self._spawn()
-        self.records.save(self.breaker.snapshot())
+        self._save()
         self.sd.ready(self._sd_status())
 
         ticker = asyncio.create_task(self._tick_loop())
@@ -265,7 +265,7 @@ class Supervisor:
         self._ws_pool.shutdown(wait=True)
         await asyncio.to_thread(self.workspace.stop)
         await asyncio.to_thread(self.analysis.close)  # never block the loop: the worker may be handing off to it
-        self.records.save(self.breaker.snapshot())
+        self._save()
         self._write_metrics_textfile(force=True)
         self.notifier.close()
         self.metrics.close()
@@ -387,7 +387,7 @@ class Supervisor:
         (a `pause` of a breaker already OPEN: the trigger becomes `manual`)."""
         if decision.changed or record:
             self._record_transition(decision)
-        self.records.save(self.breaker.snapshot())
+        self._save()
         plan = plan_for(decision, on_open=self.settings.on_open) if plan is None else plan
         opened = decision.action in ("open", "final")
         if opened and decision.trigger != "manual":
@@ -474,7 +474,7 @@ class Supervisor:
         if decision.changed:
             await self.apply(decision)
         else:
-            self.records.save(self.breaker.snapshot())
+            self._save()
         wait = self.limits.observe(limited=report.usage_limited, resets_at=report.limit_resets_at, now=now)
         if wait is not None:
             await self._begin_limit_wait(wait, report.number)
@@ -501,6 +501,7 @@ class Supervisor:
                 return
             await self.actions.pause(iteration)
             self.limit_until = wait.until
+            self._save()
             log.info("limit_wait_started", until=store.iso_utc(wait.until), known_reset=wait.known_reset,
                      reason=wait.reason, iteration=iteration)
             self.metrics.limit_wait(wait.until)
@@ -513,6 +514,7 @@ class Supervisor:
         if self.limit_until is None:
             return
         self.limit_until = None
+        self._save()
         self.metrics.limit_wait(None)
         log.info("limit_wait_ended", why=why, iteration=self.tracker.number)
         if self.actions.paused and self.breaker.state is State.CLOSED:
@@ -732,7 +734,7 @@ class Supervisor:
         self.metrics.iteration_started(now=now)
         self.sd.status(self._sd_status())
         decision = self.breaker.iteration_started(call.number, now)
-        self.records.save(self.breaker.snapshot())
+        self._save()
         if decision.changed:
             self._spawn_task(self.apply(decision))
         return call
@@ -785,6 +787,9 @@ class Supervisor:
                 self._cut_short.clear()
 
     # ------------------------------------------------------------------ small things
+
+    def _save(self) -> None:
+        self.records.save(self.breaker.snapshot(), limit_until=self.limit_until)
 
     def _sd_status(self) -> str:
         return status_text(self.breaker.state.value, self.tracker.number, self.breaker.trigger,

@@ -117,6 +117,7 @@ def test_a_usage_limit_freezes_the_tree_until_it_resets_and_resume_ends_the_wait
         until = time.mktime(time.strptime(status["limit_until"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         assert 3600 <= until - time.time() <= 3660 + 5  # the reset plus the 60 s margin
         assert cli("status", "--tmux").startswith("ralph: LIMIT until ")
+        assert json.loads((state_dir / "state.json").read_text())["limit_until"] == status["limit_until"]  # for ls
         assert "resumed" in cli("resume")
         assert proc.wait(timeout=60) == 0  # the second call ran and the loop ended by itself
     finally:

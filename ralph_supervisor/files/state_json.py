@@ -77,10 +77,13 @@ def load(state_dir: Path, *, move_bad: bool = False) -> tuple[Snapshot | None, s
     return None, problem
 
 
-def save(state_dir: Path, snapshot: Snapshot, *, supervisor_pid: int | None = None) -> None:
-    """Write the snapshot atomically, with when and by whom. Raises OSError (a full disk): the caller warns."""
+def save(state_dir: Path, snapshot: Snapshot, *, supervisor_pid: int | None = None,
+         limit_until: float | None = None) -> None:
+    """Write the snapshot atomically, with when and by whom (and, during a usage-limit wait, until when: for
+    `ls`, which reads files only). Raises OSError (a full disk): the caller warns."""
     data = snapshot.to_dict()
     data["updated_at"] = store.iso_utc()
     if supervisor_pid is not None:
         data["supervisor_pid"] = supervisor_pid
+    data["limit_until"] = None if limit_until is None else store.iso_utc(limit_until)
     store.atomic_write_json(path(state_dir), data)
