@@ -25,7 +25,8 @@ from ralph_supervisor.settings import (
     parse_flag,
 )
 
-SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch", "report", "ls")
+SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch", "report", "ls", "snapshots",
+               "restore")
 USAGE = """\
 ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...]   spawn COMMAND and supervise it
 ralph-supervise status [--json | --tmux] [-w DIR]     breaker and child status
@@ -35,6 +36,8 @@ ralph-supervise watch [--all] [-w DIR]                live view of a supervised 
 ralph-supervise report [-w DIR] [--html FILE] [--json] [--since ISO|DURATION]   what happened, for a human
 ralph-supervise ls [--json] [--prune]                 every supervisor of this user on this machine
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
+ralph-supervise snapshots [--json] [-w DIR]          the workspace snapshots, one per iteration
+ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]   bring a snapshot's files back
 ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
 ralph-supervise --version | --help"""
 
@@ -220,6 +223,33 @@ def cmd_ls(argv: Sequence[str]) -> int:
     return fleet.main(as_json=args.json, prune=args.prune)
 
 
+def cmd_snapshots(argv: Sequence[str]) -> int:
+    args = _simple_parser("snapshots", [("--json", "machine-readable")]).parse_args(argv)
+    from ralph_supervisor import restore
+
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+    return restore.list_snapshots(root, _state_dir(args.workspace, args.state_dir), as_json=args.json)
+
+
+def cmd_restore(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="ralph-supervise restore", usage="ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]",
+                     description="Bring a snapshot's files back (all, or those under the given paths).")
+    _workspace_args(parser)
+    parser.add_argument("--to", metavar="DIR", default=None,
+                        help="write the files into DIR instead of the workspace (nothing else is touched)")
+    parser.add_argument("iteration", metavar="ITERATION", help="the iteration whose snapshot to restore")
+    parser.add_argument("paths", metavar="PATH", nargs="*", help="files or folders, relative to the workspace")
+    args = parser.parse_intermixed_args(argv)
+    text = str(args.iteration).strip()
+    if not text.isdigit():
+        raise SettingsError(f"restore: ITERATION must be a whole number >= 0, got {args.iteration!r}")
+    from ralph_supervisor import restore
+
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+    state_dir = _state_dir(args.workspace, args.state_dir)
+    return restore.restore(root, state_dir, int(text), args.paths, args.to)
+
+
 def cmd_check(argv: Sequence[str]) -> int:
     from ralph_supervisor import check
 
@@ -260,6 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_report(rest)
         if head == "ls":
             return cmd_ls(rest)
+        if head == "snapshots":
+            return cmd_snapshots(rest)
+        if head == "restore":
+            return cmd_restore(rest)
         return cmd_run(argv)
     except SettingsError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)

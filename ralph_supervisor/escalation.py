@@ -65,6 +65,8 @@ def classify_residual(decision: Decision, reports: Sequence[IterationReport]) ->
     blockers: list[str] = []
     if decision.trigger == "blocked":
         blockers.append(f"the breaker tripped on `blocked`: {decision.reason}")
+    elif decision.trigger == "destructive":
+        blockers.append(f"the agent destroyed files ({decision.reason}): only a person can tell whether it meant to")
     elif decision.trigger in FINAL:
         blockers.append(f"a cap was reached ({decision.trigger}): raising it or stopping is a human decision")
     for report in recent:
@@ -182,6 +184,12 @@ def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
 
 def decide_next(residual: Residual, decision: Decision, has_errors: bool = True) -> list[str]:
     """What a human must decide now (Markdown bullets); the escalation summary and the report share it."""
+    if decision.trigger == "destructive":
+        return [
+            "- Whether the agent meant to delete those files. If not, restore them from the snapshot below "
+            "before anything else, and change the prompt or the agent's permissions before resuming.",
+            "- If it did (a cleanup you asked for), resume: the next iteration is the trial.",
+        ]
     if decision.trigger in {"token-budget", "daily-budget", "max-iterations"}:
         return [
             f"- The run reached a cap ({decision.trigger}). Decide whether the work is worth more: raise the cap "
@@ -220,8 +228,8 @@ def how_to_continue(decision: Decision, workspace: str) -> list[str]:
             "the next iteration is a trial; progress closes the breaker, anything else opens it again."
         )
         lines.append("")
-    elif decision.trigger == "manual":
-        lines.append("The tree stays paused until someone resumes it.")
+    elif decision.trigger in ("manual", "destructive"):
+        lines.append("The tree stays paused until someone resumes it (or restores a snapshot, or stops it).")
         lines.append("")
     lines += [
         f"- `ralph-supervise resume -w {w}` ends the wait now and starts the trial,",
@@ -238,12 +246,14 @@ def render_escalation(
     history: Sequence[Mapping[str, object]],
     settings_summary: Mapping[str, object],
     now_iso: str,
+    restore: Sequence[str] = (),
 ) -> str:
     """The Markdown of `escalation.md` for this open.
 
     `reports`: the last iterations (the newest last; only the last 10 are shown). `history`: the earlier
     `history.jsonl` rows (dicts with ts, iteration, from, to, trigger, reason). `settings_summary`: the
-    thresholds worth showing; its `workspace` entry (if any) is used in the commands.
+    thresholds worth showing; its `workspace` entry (if any) is used in the commands. `restore`: the lines
+    that name the workspace snapshot to restore and the commands (from the snapshot keeper).
     """
     recent = list(reports)[-EVIDENCE_ROWS:]
     residual = classify_residual(decision, recent)
@@ -282,6 +292,8 @@ def render_escalation(
     has_errors = any(r.error_signatures for r in recent)
     out += ["", "## What a human must decide", ""] + decide_next(residual, decision, has_errors)
     out += ["", "## How to continue", ""] + how_to_continue(decision, workspace)
+    if restore:
+        out += ["", "## The workspace's files", ""] + list(restore)
     out += ["", f"## Evidence: the last {len(recent)} iteration(s)", ""] + _evidence_table(recent)
     patterns = error_patterns(recent)
     out += ["", "## Error patterns", ""]

@@ -94,9 +94,13 @@ class Metrics:
                           "Unix time these metrics were served or written: a stale textfile means a dead supervisor.",
                           ws, registry=r)
         heartbeat.labels(workspace, self.name).set_function(time.time)
+        self._snapshots = Gauge("ralph_supervise_snapshots", "Workspace snapshots kept in the store.", ws,
+                                registry=r)
+        self._snapshot_bytes = Gauge("ralph_supervise_snapshot_bytes", "Bytes the snapshot store takes on disk.",
+                                     ws, registry=r)
         for metric in (self._iterations, self._state, self._final, self._iteration, self._output, self._files,
                        self._tree, self._tokens, self._cost, self._stops, self._survivors, self._running,
-                       self._started, self._limit):
+                       self._started, self._limit, self._snapshots, self._snapshot_bytes):
             metric.labels(workspace, self.name)  # present (as 0) from the first scrape
         for trigger in KNOWN_TRIGGERS:
             self._opens.labels(workspace, self.name, trigger)
@@ -143,6 +147,10 @@ class Metrics:
     def tree_stopped(self, survivors: int) -> None:
         self._of(self._stops).inc()
         self._of(self._survivors).inc(max(0, survivors))
+
+    def snapshots(self, *, count: int, store_bytes: int) -> None:
+        self._of(self._snapshots).set(max(0, count))
+        self._of(self._snapshot_bytes).set(max(0, store_bytes))
 
     def child_running(self, running: bool) -> None:
         self._of(self._running).set(1 if running else 0)

@@ -291,7 +291,7 @@ OPTIONS: tuple[Option, ...] = (
            "disk budget of the workspace snapshots (0 = no snapshots)",
            ("RALPH_SUPERVISE_SNAPSHOT_BUDGET",), metavar="SIZE"),
     Option("snapshot_max_file", "--snapshot-max-file", _size(0), 50_000_000,
-           "files larger than this are listed in a snapshot but not stored",
+           "files larger than this are listed in a snapshot but not stored (0 = no limit)",
            ("RALPH_SUPERVISE_SNAPSHOT_MAX_FILE",), metavar="SIZE"),
     Option("agent", "--agent", _agent, "auto",
            "read every call with this agent's adapter instead of the one its process name selects",

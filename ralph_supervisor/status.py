@@ -47,6 +47,9 @@ def collect(state_dir: Path) -> dict[str, Any]:
     data["limit_until"] = None  # a wait lasts only while a supervisor freezes the tree
     data["supervisor"] = {"pid": pid, "running": pid is not None}
     data["child"] = None
+    from ralph_supervisor.snapshots import read_summary
+
+    data["snapshots"] = read_summary(state_dir)
     if warning:
         data["warning"] = warning
     return data
@@ -94,6 +97,15 @@ def human(status: dict[str, Any]) -> str:
     current = status.get("current")
     if isinstance(current, dict):
         lines.append(f"Current call:   iteration {current.get('iteration')}, running for {current.get('age_s')} s")
+    snapshots = status.get("snapshots")
+    if isinstance(snapshots, dict):
+        latest = snapshots.get("latest") or {}
+        text = f"{snapshots.get('count', 0)} kept, {snapshots.get('bytes', 0)} bytes"
+        if latest:
+            text += f", the newest of iteration {latest.get('iteration')} ({latest.get('files')} files)"
+        if snapshots.get("state") in ("off", "paused"):
+            text += f"; {snapshots['state']}: {snapshots.get('problem')}"
+        lines.append(f"Snapshots:      {text}")
     if status.get("warning"):
         lines.append(f"Warning:        {status['warning']}")
     return "\n".join(lines)

@@ -59,6 +59,7 @@ from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.limit_wait import LimitWait, Wait
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.logging import configure_logging
 from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.notify import Notifier, notice_for_child_exit, notice_for_limit_wait, notice_for_transition
@@ -73,6 +74,7 @@ from ralph_supervisor.report.sources import iteration_fields, started_fields
 from ralph_supervisor.registry import register_supervisor
 from ralph_supervisor.sdnotify import SystemdNotifier, environment_for_child, status_text
 from ralph_supervisor.settings import Settings, thresholds_from
+from ralph_supervisor.snapshots import helper_pids
 from ralph_supervisor.terminal import Terminal
 from ralph_supervisor.tree_actions import TreeActions
 
@@ -154,7 +156,9 @@ class Supervisor:
         self.member_record = MemberRecord(record_path(self.state_dir), marker=self.tree_marker)
         self.hooks = HookRunner(settings.on_open_hook, cwd=settings.workspace, timeout=settings.hook_timeout,
                                 on_spawn=self.reaper.leave_alone)  # run_hook waits for its own process
-        self.tree = ProcessTree(os.getpid(), self.reaper, exclude=self.hooks.is_hook)
+        # the workspace's snapshots; their git processes are never the tree's
+        self.keeper = SnapshotKeeper(settings, on_destruction=self._destroying_threadsafe, metrics=lambda: self.metrics)
+        self.tree = ProcessTree(os.getpid(), self.reaper, exclude=lambda pid: self.hooks.is_hook(pid) or pid in helper_pids())
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir, spawned=self.hooks.pids.add, done=self.hooks.pids.discard)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
@@ -196,6 +200,7 @@ class Supervisor:
         settings = self.settings
         self._install_signals()
         await asyncio.to_thread(self.workspace.start)
+        self.keeper.start(self.breaker.iteration, lambda: self.workspace.ignored_prefixes)
         try:
             await self.control.start()  # type: ignore[union-attr]
         except OSError as exc:
@@ -259,6 +264,7 @@ class Supervisor:
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
         await asyncio.to_thread(self.report_writer.close)  # a render in flight ends before the one at exit
+        await asyncio.to_thread(self.keeper.close, self.tracker.number)  # the last snapshot
         self.hooks.kill_all()  # a hook still running when we leave is cut off (its runner thread then returns)
         if self.control is not None:
             await self.control.close()
@@ -391,6 +397,7 @@ class Supervisor:
         plan = plan_for(decision, on_open=self.settings.on_open) if plan is None else plan
         opened = decision.action in ("open", "final")
         if opened and decision.trigger != "manual":
+            self.keeper.opened(decision.trigger)
             self._write_escalation(decision)
         if plan is Plan.PAUSE:
             if not self.actions.paused:
@@ -445,7 +452,8 @@ class Supervisor:
             "state_dir": str(self.state_dir),
         }
         try:
-            text = render_escalation(decision, list(self.reports), history, summary, store.iso_utc())
+            text = render_escalation(decision, list(self.reports), history, summary, store.iso_utc(),
+                                     restore=self.keeper.restore_lines(decision.trigger))
         except Exception as exc:  # noqa: BLE001 - the summary is a courtesy; the stop is not
             self.warnings.once("escalation_unwritable", error=str(exc))
             return
@@ -571,6 +579,7 @@ class Supervisor:
                                "age_s": round(time.time() - call.started_wall, 1)}
         data["tree"] = [{"pid": stat.pid, "name": stat.name, "status": stat.state,
                          "cpu_s": round(stat.cpu_ticks / CLOCK_TICKS, 2)} for stat in members[:50]]
+        data["snapshots"] = self.keeper.status()
         data["tap"] = {"bytes_read": self.tap.counters.bytes_read,
                        "analysis_dropped_bytes": self.analysis.dropped_bytes,
                        "analysis_lag_bytes": self.analysis.lag_bytes,
@@ -605,10 +614,25 @@ class Supervisor:
         self.tap.last_seq = self.analysis.submit(Chunk(source, data, self.tracker.tag, time.time()))
 
     def _file_changed_threadsafe(self, change: Change) -> None:
+        self.keeper.saw(change)
         try:
             self.loop.call_soon_threadsafe(self.silence.file_changed, time.time())
         except RuntimeError:
             pass
+
+    def _destroying_threadsafe(self, reason: str) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._destroying, reason)
+        except RuntimeError:
+            pass
+
+    def _destroying(self, reason: str) -> None:
+        """The running iteration is destroying the workspace: open now, while it is still at it."""
+        if self._exiting():
+            return
+        decision = self.breaker.destructive_open(reason, time.time())
+        if decision.changed:
+            self._spawn_task(self.apply(decision))
 
     # ------------------------------------------------------------------ the tick
 
@@ -729,6 +753,7 @@ class Supervisor:
         if pid is not None and (pid, create_time) in self._cut_short:
             call.cut_short = True
         self._ws_pool.submit(self.workspace.begin_iteration)
+        self.keeper.iteration_started(call.number)
         self.silence.restart(now)
         log.info("iteration_started", iteration=call.number, pid=pid)
         self.metrics.iteration_started(now=now)
@@ -761,6 +786,7 @@ class Supervisor:
         if delta_future is None:
             delta_future = self._ws_pool.submit(self.workspace.end_iteration)
         delta = await asyncio.wrap_future(delta_future)
+        self.keeper.iteration_ended(call.number, events_lost=delta.events_lost)
         agent = None
         if call.text:  # read by the adapter of the agent that made the call (or --agent's)
             agent = read_call(call.output_text(), name=call.name, argv=call.argv, agent=self.settings.agent, now=ended)

@@ -674,3 +674,42 @@ def test_a_call_without_a_reported_cost_adds_nothing() -> None:
     b = Breaker(only(cost_budget=0.05))
     assert tripped_at(run(b, [report(n, files_changed=1, cost_usd=None, tokens=None) for n in (1, 2, 3)])) is None
     assert b.status()["cost_usd"] == 0.0 and b.status()["tokens_used"] == 0
+
+
+# -- destructive (judged live, from the workspace's changes) ---------------------------------------
+
+
+def test_a_destructive_open_counts_but_waits_for_a_human_without_a_cooldown() -> None:
+    b = Breaker(Thresholds(cooldown_s=60.0, max_opens=3))
+    b.iteration_started(1, 0.0)
+    d = b.destructive_open("iteration 1 deleted 30 files", 5.0)
+    assert (d.action, d.state, d.trigger, d.final, d.cooldown_s) == ("open", State.OPEN, "destructive", False, 0.0)
+    assert b.total_opens == 1 and b.seconds_until_half_open(10**6) is None
+    assert b.tick(10**6).action == "none" and b.state is State.OPEN  # never a trial by itself
+    assert b.observe(report(1, files_changed=30), 6.0).action == "none"  # the cut-off call's report
+    assert b.destructive_open("again", 7.0).action == "none"  # already open
+    d = b.resume(100.0)
+    assert d.action == "half_open" and d.trigger == "destructive"
+
+
+def test_a_destructive_open_that_is_the_last_allowed_is_final() -> None:
+    b = Breaker(Thresholds(max_opens=1))
+    b.iteration_started(1, 0.0)
+    d = b.destructive_open("iteration 1 deleted 30 files", 5.0)
+    assert d.action == "final" and d.final and "final" in d.reason
+
+
+def test_a_destructive_open_during_a_trial_reopens_it() -> None:
+    b = opened()
+    b.resume(400.0)
+    b.iteration_started(4, 401.0)
+    d = b.destructive_open("iteration 4 deleted 40 files", 402.0)
+    assert d.action == "open" and d.from_state is State.HALF_OPEN and d.trigger == "destructive"
+    assert d.cooldown_s == 0.0 and b.total_opens == 2
+
+
+def test_a_destructive_open_survives_state_json() -> None:
+    b = Breaker(Thresholds())
+    b.destructive_open("iteration 1 deleted 30 files", 5.0)
+    restored = Breaker.from_dict(Thresholds(), json.loads(json.dumps(b.to_dict())))
+    assert restored.trigger == "destructive" and restored.seconds_until_half_open(10**6) is None

@@ -80,7 +80,7 @@ op_st = st.one_of(
     st.tuples(st.just("tick"), st.floats(0.0, 400.0), st.none() | st.floats(0.0, 200.0)),
     st.tuples(st.just("tick"), st.floats(0.0, 400.0), st.none()),
     st.tuples(st.just("cooldown")),
-    st.sampled_from([("manual",), ("resume",), ("resume",), ("reset",)]),
+    st.sampled_from([("manual",), ("resume",), ("resume",), ("reset",), ("destructive",)]),
 )
 ops_st = st.lists(op_st, max_size=60)
 
@@ -127,6 +127,8 @@ class Driver:
             d = b.tick(self.now)
         elif kind == "manual":
             d = b.manual_open("test", self.now)
+        elif kind == "destructive":
+            d = b.destructive_open("iteration deleted 30 files", self.now)
         elif kind == "resume":
             d = b.resume(self.now)
         else:

@@ -20,12 +20,17 @@ FAKE_AGENT_SCENARIO_FILE (or FAKE_CLAUDE_SCENARIO_FILE), when set, names a file 
 scenario (read on every call, so a test can change the agent's behaviour mid-run). FAKE_AGENT_DELAY (seconds,
 default 0.3) is how long a call takes; FAKE_AGENT_TOKENS the tokens it reports (default 1200). The call number
 comes from "Loop #N" in the arguments, else a counter file.
+
+FAKE_AGENT_CALLS_DIR (or FAKE_CLAUDE_CALLS_DIR), when set, names a folder of shell scripts, one per call: call N
+runs N.sh there (with `sh`, in the workspace), whatever the scenario, then answers like `progress` (without a file
+of its own). This is how the tests play an agent that runs `git clean -fd`, `rm -rf src` or `git reset --hard`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +102,12 @@ def play(argv: list[str]) -> Call:
     if scenario == "progress-then-stuck":
         scenario = "progress" if n <= int(setting("PROGRESS_CALLS", "2")) else "stuck"
     time.sleep(float(setting("DELAY", "0.3")))
+    calls_dir = setting("CALLS_DIR", "")
+    script = Path(calls_dir) / f"{n}.sh" if calls_dir else None
+    if script is not None and script.is_file():
+        code = subprocess.call(["sh", str(script)])
+        return Call("reply", n, f"Ran step {n} (exit {code})." + status_block("IN_PROGRESS", 1, False, "continue"),
+                    tokens)
     if scenario == "progress":
         Path("src").mkdir(exist_ok=True)
         Path(f"src/step_{n}.py").write_text(f"STEP = {n}\n")

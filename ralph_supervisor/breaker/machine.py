@@ -30,6 +30,9 @@ Choices the contract leaves open (each one is tested):
 - A threshold of 0 (or less) turns its rule off; `max_opens` 0 means no open is final by count.
 - Manual opens (`pause`) do not count toward `max_opens`, are never final and have no cooldown: the tree
   stays paused until `resume` (which starts a trial) or `reset`.
+- `destructive` is judged live, from the workspace's changes while the call runs (`destructive_open`),
+  not from a finished report: freezing the tree while the agent is still deleting is the point. It
+  counts toward `max_opens` but, like a manual pause, has no cooldown and waits for a human.
 - A trial that re-opens with no rule firing keeps the trigger it was trying to cure, and says so.
 - `reset()` clears the judgement (state, counters, windows, opens, cooldown) but keeps the accounting
   (`iteration`, `tokens_used`, `cost_used`): a reset must not silently lift a budget.
@@ -45,7 +48,7 @@ from ralph_supervisor.breaker.rules import Thresholds, is_neutral, progress_deta
 from ralph_supervisor.breaker.snapshot import REASON_MAX, Snapshot, State
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.text import one_line
-from ralph_supervisor.triggers import FINAL, rank
+from ralph_supervisor.triggers import FINAL, HUMAN_ONLY, MANUAL, rank
 
 Action = Literal["none", "open", "half_open", "close", "final"]
 
@@ -159,7 +162,7 @@ class Breaker:
     def seconds_until_half_open(self, now: float) -> float | None:
         """How long until the cooldown ends (0 when due), or None when no cooldown is running."""
         s = self._s
-        if s.state is not State.OPEN or s.final or s.trigger == "manual" or s.opened_at is None:
+        if s.state is not State.OPEN or s.final or s.trigger == MANUAL or s.trigger in HUMAN_ONLY or s.opened_at is None:
             return None
         return max(0.0, s.opened_at + s.cooldown_s - now)
 
@@ -294,6 +297,16 @@ class Breaker:
             trial_started_at=None,
         )
         return self._decision("open", "manual", text, s.state, cooldown_s=0.0)
+
+    def destructive_open(self, reason: str, now: float) -> Decision:
+        """The running iteration is destroying the workspace (seen live, not at its end): OPEN with trigger
+        "destructive". It counts as an open (final when it is the last allowed; from HALF_OPEN a failed
+        trial) but has no cooldown: it never starts a trial by itself. Already OPEN: nothing changes."""
+        s = self._s
+        if s.state is State.OPEN:
+            return self._none()
+        decision = (self._reopen if s.state is State.HALF_OPEN else self._open)("destructive", reason, now)
+        return decision if decision.final else replace(decision, cooldown_s=0.0)
 
     def resume(self, now: float) -> Decision:
         """`resume` from the CLI: end any OPEN now (even a final one: a human decided) and start the trial."""
@@ -437,7 +450,8 @@ class Breaker:
     ) -> Decision:
         s = self._s
         if cooldown_s is None:
-            cooldown_s = s.cooldown_s if s.state is State.OPEN and not s.final and s.trigger != "manual" else 0.0
+            waits = s.trigger == MANUAL or s.trigger in HUMAN_ONLY
+            cooldown_s = s.cooldown_s if s.state is State.OPEN and not s.final and not waits else 0.0
         return Decision(
             action=action,
             state=s.state,

@@ -379,6 +379,12 @@ class Workspace:
         return self._mode
 
     @property
+    def ignored_prefixes(self) -> tuple[str, ...]:
+        """Folders ignored with everything below them: the state folder and the virtual environments found."""
+        with self._lock:
+            return self._rules.prefixes
+
+    @property
     def watched_directories(self) -> int:
         """Directories under an inotify watch (0 in polling mode)."""
         with self._lock:

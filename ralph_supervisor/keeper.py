@@ -1,0 +1,354 @@
+"""The supervisor's side of the snapshots: when one is taken, and the trip when an iteration destroys.
+
+The supervisor makes a few calls (`start`, `saw` for every watcher change, `iteration_started`,
+`iteration_ended`, `opened`, `close`); the keeper does the rest on one thread of its own, so a
+snapshot never holds up the event loop or an action on the tree. Requests that pile up while a
+snapshot runs are merged into one (the files can only be read as they are now).
+
+Faults never stop supervision: git missing or a store that cannot be written turn snapshots off, a
+full disk pauses them (they resume when a later one succeeds), a broken store is moved aside and a new
+one started. Each says so once.
+
+Usage (what `supervisor.py` does):
+
+    keeper = SnapshotKeeper(settings, on_destruction=lambda reason: ...)  # called on the watcher's thread
+    keeper.start(iteration=0, ignored_prefixes=lambda: workspace.ignored_prefixes)
+    keeper.saw(change)                      # every workspace Change
+    keeper.iteration_started(1); keeper.iteration_ended(1, events_lost=False)
+    keeper.close(iteration=1)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ralph_supervisor.text import one_line
+from ralph_supervisor.evidence.destruction import Destruction, DestructionWatch
+from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, read_text
+from ralph_supervisor.evidence.workspace import Change
+from ralph_supervisor.settings import Settings
+from ralph_supervisor.snapshots import (
+    SnapshotError,
+    SnapshotInfo,
+    SnapshotStore,
+    exclude_lines,
+    human_size,
+    restore_command,
+    summary,
+)
+
+log = structlog.get_logger(__name__)
+
+PENDING_MAX = 100_000
+"""Changed paths remembered between snapshots; beyond this the next snapshot looks at everything."""
+FULL_EVERY = 20
+"""Every that many snapshots, look at every file (a watcher cannot see everything: a folder moved away
+whose files it never read, say)."""
+CLOSE_WAIT_S = 60.0
+
+
+class SnapshotKeeper:
+    """Takes the workspace's snapshots and watches each iteration for destruction."""
+
+    def __init__(self, settings: Settings, *, on_destruction: Callable[[str], None],
+                 metrics: Callable[[], Any] = lambda: None) -> None:
+        self.settings = settings
+        self.workspace = settings.workspace
+        self._on_destruction = on_destruction
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._jobs: deque[tuple[Any, ...]] = deque()
+        self._busy = False
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._pending: set[str] | None = None
+        """Paths changed since the last snapshot; None: look at everything next time."""
+        self._watch = DestructionWatch(settings.destructive_files, settings.destructive_share)
+        self._watching = False
+        self._iteration = 0
+        self._prefixes: Callable[[], Sequence[str]] = lambda: ()
+        self._warned: set[str] = set()
+        self.store: SnapshotStore | None = None
+        self.latest: SnapshotInfo | None = None
+        self.count = 0
+        self.bytes = 0
+        self.state = "off"
+        """on, paused (a full disk: tried again at the next iteration) or off."""
+        self.problem: str | None = None
+        self._held_at_trip: SnapshotInfo | None = None
+        if settings.snapshot_budget <= 0:
+            self.problem = "--snapshot-budget is 0"
+            return
+        try:
+            self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file)
+        except SnapshotError as exc:
+            self.problem = str(exc)
+            return
+        self.state = "on"
+
+    # -- what the supervisor calls --------------------------------------------------------------------
+
+    def start(self, iteration: int, ignored_prefixes: Callable[[], Sequence[str]] = lambda: ()) -> None:
+        """Open the store and take the first snapshot (both on the keeper's thread)."""
+        if self.store is None:
+            if self.settings.snapshot_budget > 0:
+                self._warn("snapshots_off", reason=self.problem, hint="install git to keep snapshots")
+            else:
+                log.info("snapshots_off", reason=self.problem)
+            return
+        self._prefixes = ignored_prefixes
+        self._iteration = iteration
+        self._thread = threading.Thread(target=self._work, name="ralph-snapshots", daemon=True)
+        self._thread.start()
+        self._submit(("open",))
+        self._submit(("snapshot", iteration, "start"))
+
+    def saw(self, change: Change) -> None:
+        """Every change the watcher records (its own thread): remembered for the next snapshot, and counted."""
+        with self._lock:
+            if self._pending is not None:
+                self._pending.add(change.path)
+                if len(self._pending) > PENDING_MAX:
+                    self._pending = None
+            found = self._watch.saw(change) if self._watching else None
+            iteration = self._iteration
+        if found is not None:
+            self._on_destruction(self.destruction_reason(found, iteration))
+
+    def iteration_started(self, number: int) -> None:
+        with self._lock:
+            self._iteration = number
+            behind = self._busy or any(job[0] == "snapshot" for job in self._jobs)
+            latest = self.latest
+            self._watch.begin(None if behind or latest is None else latest.files)
+            self._watching = self._watch.enabled
+
+    def iteration_ended(self, number: int, *, events_lost: bool = False) -> None:
+        """The iteration's report is in: snapshot the workspace it left (a full look when events were lost)."""
+        with self._lock:
+            self._watching = False
+            if events_lost:
+                self._pending = None
+        self._submit(("snapshot", number, "iteration"))
+
+    def opened(self, trigger: str) -> None:
+        """The breaker opened: mark the snapshot before it (for `snapshots`)."""
+        held = self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
+        if held is not None and trigger != "manual":
+            self._submit(("mark", held.id, trigger))
+
+    def close(self, iteration: int) -> None:
+        """The supervisor exits: a last snapshot of what changed since the last one, then stop (bounded)."""
+        thread = self._thread
+        if thread is None:
+            return
+        with self._lock:
+            changed = self._pending is None or bool(self._pending)
+            queued = bool(self._jobs) and self._jobs[-1][0] == "snapshot"  # it reads the files as they are
+        if changed and not queued and self.state != "off":
+            self._submit(("snapshot", iteration, "exit"))
+        with self._wake:
+            self._closing = True
+            self._wake.notify_all()
+        thread.join(CLOSE_WAIT_S)
+        if thread.is_alive():
+            self._warn("snapshot_unfinished", hint=f"the last snapshot took longer than {CLOSE_WAIT_S:.0f} s")
+
+    # -- what the supervisor shows --------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """The `snapshots` part of `status --json`."""
+        return summary(self.latest, state=self.state, problem=self.problem, count=self.count,
+                       store_bytes=self.bytes, budget=self.settings.snapshot_budget)
+
+    def destruction_reason(self, found: Destruction, iteration: int) -> str:
+        """The breaker's reason: the count, the snapshot that holds the files and the command, a few paths."""
+        held = self.latest
+        self._held_at_trip = held
+        of = f" of the {found.files_at_start} it started with" if found.files_at_start else ""
+        text = f"iteration {iteration} deleted or emptied {found.count} files{of} ({found.why})"
+        if held is not None:
+            text += (f"; the snapshot of iteration {held.iteration} holds them: "
+                     f"`{restore_command(held.iteration, self.workspace)}`")
+        else:
+            text += f"; no snapshot holds them ({self.problem or 'none was taken yet'})"
+        more = ", …" if found.count > len(found.sample) else ""
+        return one_line(f"{text}; among them {', '.join(found.sample)}{more}", 400)
+
+    def restore_lines(self, trigger: str) -> list[str]:
+        """The escalation summary's words on the snapshot to restore, with the exact commands."""
+        held = self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
+        w = self.workspace
+        if held is None:
+            why = self.problem or "none was taken yet"
+            return [f"No snapshot of the workspace is available ({why})."]
+        what = "before the files were destroyed" if trigger == "destructive" else "at its last snapshot"
+        return [
+            f"The snapshot of iteration {held.iteration} ({held.at}, {held.files} files, {human_size(held.bytes)}) "
+            f"holds the workspace as it was {what}.",
+            "",
+            f"- `{restore_command(held.iteration, w)}` writes its files back into the workspace (it first "
+            "snapshots the workspace as it is now, so the restore can be undone; the tree must be paused),",
+            f"- `{restore_command(held.iteration, w, to='/tmp/iteration-' + str(held.iteration))}` writes them "
+            "elsewhere, to compare first; add paths to restore only those,",
+            f"- `ralph-supervise snapshots -w {w}` lists every snapshot.",
+        ]
+
+    # -- the keeper's thread --------------------------------------------------------------------------
+
+    def _submit(self, job: tuple[Any, ...]) -> None:
+        with self._wake:
+            if self._thread is None or self.store is None:
+                return
+            if job[0] == "snapshot" and self._jobs and self._jobs[-1][0] == "snapshot":
+                skipped = self._jobs.pop()  # not yet begun: the files can only be read as they are now
+                log.info("snapshot_merged", iteration=skipped[1], into=job[1])
+            self._jobs.append(job)
+            self._wake.notify_all()
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._jobs and not self._closing:
+                    self._wake.wait()
+                if not self._jobs:
+                    return
+                job = self._jobs.popleft()
+                self._busy = True
+            try:
+                self._do(job)
+            except Exception as exc:  # noqa: BLE001 - a fault of ours never stops supervision
+                self._warn("snapshot_failed", error=repr(exc)[:300])
+            finally:
+                with self._wake:
+                    self._busy = False
+
+    def _do(self, job: tuple[Any, ...]) -> None:
+        store = self.store
+        if store is None or self.state == "off":
+            return
+        if job[0] == "open":
+            self._open(store)
+        elif job[0] == "snapshot":
+            self._snapshot(store, job[1], job[2])
+        elif job[0] == "mark":
+            try:
+                store.mark_trip(job[1], job[2], time.time())
+            except SnapshotError as exc:
+                self._warn("snapshot_mark_failed", error=str(exc))
+
+    def _open(self, store: SnapshotStore) -> None:
+        try:
+            store.open()
+            listed = store.list()
+        except SnapshotError as exc:
+            self._fault(exc)
+            return
+        if store.moved_aside is not None:
+            self._warn("snapshot_store_corrupt", moved_to=str(store.moved_aside), hint="a new store was started")
+        self.count = len(listed)
+        self.latest = listed[-1] if listed else None
+        self.bytes = store.size_on_disk()
+        self._report_metrics()
+
+    def _snapshot(self, store: SnapshotStore, iteration: int, kind: str, retry: bool = True) -> None:
+        with self._lock:
+            changed, self._pending = self._pending, set()
+        began = time.monotonic()
+        try:
+            info = store.take(iteration, kind, changed, now=time.time(), exclude=self._exclude(changed),
+                              full_every=FULL_EVERY)
+        except SnapshotError as exc:
+            with self._lock:  # the next one looks at everything (the stat cache keeps that cheap)
+                self._pending = None
+            if exc.kind == "corrupt" and retry:
+                moved = self._start_over(store, exc)
+                if moved is not False:
+                    self._snapshot(store, iteration, kind, retry=False)
+                return
+            self._fault(exc)
+            return
+        took_ms = int((time.monotonic() - began) * 1000)
+        self.latest = info
+        self.count = store.count()
+        with self._lock:
+            self._watch.know_files_at_start(info.files)
+        if self.state == "paused":
+            log.info("snapshots_resumed", iteration=iteration)
+        self.state, self.problem = "on", None
+        log.info("snapshot_taken", iteration=iteration, snapshot=info.id, kind=kind, files=info.files,
+                 bytes=info.bytes, added=info.added, modified=info.modified, deleted=info.deleted,
+                 moved=len(info.moved), not_stored=info.not_stored_count, full=changed is None, duration_ms=took_ms)
+        if info.moved:
+            log.info("snapshot_files_moved", iteration=iteration, paths=list(info.moved[:20]))
+        self._keep_to_budget(store)
+
+    def _keep_to_budget(self, store: SnapshotStore) -> None:
+        budget = self.settings.snapshot_budget
+        try:
+            dropped, self.bytes = store.keep_within(budget)
+        except SnapshotError as exc:
+            self._fault(exc)
+            return
+        if dropped:
+            self.count = store.count()
+            if "snapshots_dropped" not in self._warned:
+                self._warn("snapshots_dropped", count=dropped, budget=budget, store_bytes=self.bytes,
+                           hint="the oldest snapshots go first to keep within --snapshot-budget")
+            else:
+                log.info("snapshots_dropped", count=dropped, store_bytes=self.bytes)
+        self._report_metrics()
+
+    def _start_over(self, store: SnapshotStore, exc: SnapshotError) -> Path | None | bool:
+        try:
+            moved = store.start_over()
+        except SnapshotError as again:
+            self._fault(again)
+            return False
+        self._warn("snapshot_store_corrupt", error=str(exc), moved_to=str(moved) if moved else None,
+                   hint="a new store was started")
+        self.latest, self.count = None, 0
+        return moved
+
+    def _fault(self, exc: SnapshotError) -> None:
+        """Supervision goes on whatever happens here; the kind decides whether snapshots do."""
+        if exc.kind == "disk-full":
+            self.state, self.problem = "paused", str(exc)
+            self._warn("snapshots_paused", reason=str(exc), hint="snapshots resume once there is room again")
+        elif exc.kind in ("no-access", "no-git", "corrupt"):
+            self.state, self.problem = "off", str(exc)
+            self._warn("snapshots_off", reason=str(exc))
+        else:
+            self.problem = str(exc)
+            self._warn("snapshot_failed", error=str(exc), hint="tried again at the next iteration")
+
+    def _exclude(self, changed: set[str] | None) -> list[str] | None:
+        """The watcher's ignore rules for a full look (an incremental one only reads the watcher's paths)."""
+        if changed is not None:
+            return None
+        user = None
+        git_dir = self.workspace / ".git"
+        if git_dir.is_dir():
+            user = read_text(git_dir / "info" / "exclude")
+        return exclude_lines(BUILTIN_IGNORED_NAMES, list(self._prefixes()), list(self.settings.ignore), user)
+
+    def _report_metrics(self) -> None:
+        metrics = self._metrics()
+        if metrics is not None and hasattr(metrics, "snapshots"):
+            metrics.snapshots(count=self.count, store_bytes=self.bytes)
+
+    def _warn(self, event: str, **fields: Any) -> None:
+        if event not in self._warned:
+            self._warned.add(event)
+            log.warning(event, **fields)
+
+
+__all__ = ["SnapshotKeeper"]
