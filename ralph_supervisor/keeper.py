@@ -162,6 +162,11 @@ class SnapshotKeeper:
         if thread.is_alive():
             self._warn("snapshot_unfinished", hint=f"the last snapshot took longer than {CLOSE_WAIT_S:.0f} s")
 
+    def idle(self, timeout: float) -> bool:
+        """Wait until every requested snapshot is done (tests and benchmarks); False on timeout."""
+        with self._wake:
+            return self._wake.wait_for(lambda: not self._jobs and not self._busy, timeout)
+
     # -- what the supervisor shows --------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -230,6 +235,7 @@ class SnapshotKeeper:
             finally:
                 with self._wake:
                     self._busy = False
+                    self._wake.notify_all()
 
     def _do(self, job: tuple[Any, ...]) -> None:
         store = self.store

@@ -265,7 +265,7 @@ def _git_env(git_dir: Path, work_tree: Path, index: Path | None, now: float) -> 
 def classify_failure(stderr: str) -> str:
     """What a git failure means for the store (its stderr, in the C locale). Pure."""
     text = stderr.lower()
-    if "no space left" in text or "disk quota" in text or "file too large" in text:
+    if any(w in text for w in ("no space left", "out of diskspace", "disk quota", "file too large")):
         return "disk-full"
     if "read-only file system" in text or "permission denied" in text or "insufficient permission" in text:
         return "no-access"
@@ -388,8 +388,12 @@ class SnapshotStore:
             self._open(create)
 
     def _open(self, create: bool) -> None:
-        if self.exists() and (self._checked or self._healthy()):
+        if self.exists() and self._checked:
             return
+        if self.exists():
+            self._clean_leftovers()  # a git killed in the middle (a crash, a timeout) left them
+            if self._healthy():
+                return
         self._checked = False
         if os.path.lexists(self.path):
             if not create:
@@ -413,6 +417,15 @@ class SnapshotStore:
             return False
         self._checked = True
         return True
+
+    def _clean_leftovers(self) -> None:
+        """Remove what an interrupted git leaves: half-written objects and packs, a stale index lock.
+        Only called with the store's lock held, so no git of ours is running."""
+        objects = self.path / "objects"
+        leftovers = [*objects.glob("??/tmp_obj_*"), *objects.glob("pack/tmp_*"), self.path / "index.lock"]
+        for path in leftovers:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _create(self) -> None:
         try:
@@ -505,19 +518,27 @@ class SnapshotStore:
         (None: look at everything). `exclude`: gitignore lines for `info/exclude` (None: keep them).
         `full_every`: every that many snapshots, look at everything anyway (0: never)."""
         with self._locked():
-            self._open(create=True)
-            if exclude is not None:
-                self._write_exclude(exclude)
-            parent = self._latest()
-            index = self.path / "index"
-            full = (changed is None or parent is None or not index.exists()
-                    or (full_every > 0 and (parent.id + 1) % full_every == 0))
-            if parent is not None and not index.exists():
-                self._git.run("read-tree", parent.commit)  # the stat cache is lost, the content is not
-            nested = set(parent.nested) if parent is not None else set()
-            work = self._full_pass(nested) if full else self._changed_pass(changed or (), nested)
-            moved = self._update(work)
-            return self._commit(iteration, kind, parent, work, moved, full, now)
+            try:
+                return self._take(iteration, kind, changed, now, exclude, full_every)
+            except SnapshotError:
+                self._clean_leftovers()  # a failed git (a full disk) leaves half-written files behind
+                raise
+
+    def _take(self, iteration: int, kind: str, changed: Collection[str] | None, now: float,
+              exclude: Sequence[str] | None, full_every: int) -> SnapshotInfo:
+        self._open(create=True)
+        if exclude is not None:
+            self._write_exclude(exclude)
+        parent = self._latest()
+        index = self.path / "index"
+        full = (changed is None or parent is None or not index.exists()
+                or (full_every > 0 and (parent.id + 1) % full_every == 0))
+        if parent is not None and not index.exists():
+            self._git.run("read-tree", parent.commit)  # the stat cache is lost, the content is not
+        nested = set(parent.nested) if parent is not None else set()
+        work = self._full_pass(nested) if full else self._changed_pass(changed or (), nested)
+        moved = self._update(work)
+        return self._commit(iteration, kind, parent, work, moved, full, now)
 
     def _write_exclude(self, lines: Sequence[str]) -> None:
         path = self.path / "info" / "exclude"
@@ -590,9 +611,10 @@ class SnapshotStore:
     def _update(self, work: _Pass) -> tuple[str, ...]:
         """Bring the index up to date with `work`. Each file is read again while it changed under the
         read (up to RETRIES times); the files still changing come back, stored as last read."""
-        self._update_index(["--add", "--remove"], sorted(work.add) + sorted(work.remove), work)
         if work.drop:
             self._update_index(["--force-remove"], sorted(work.drop), work)
+        # --replace: a file where a folder was (or the reverse) replaces the entries in its way.
+        self._update_index(["--add", "--remove", "--replace"], sorted(work.add) + sorted(work.remove), work)
         pending = dict(work.add)
         moving: dict[str, tuple[int, int, int, int]] = {}
         for attempt in range(RETRIES + 1):
@@ -606,7 +628,7 @@ class SnapshotStore:
                     moving[path] = after
             if not moving or attempt == RETRIES:
                 break
-            self._update_index(["--add", "--remove"], sorted(moving), work)
+            self._update_index(["--add", "--remove", "--replace"], sorted(moving), work)
             pending = moving
         return tuple(sorted(moving))[:LIST_MAX]
 
@@ -685,8 +707,8 @@ class SnapshotStore:
             not_stored=tuple(sorted(big))[:LIST_MAX], not_stored_count=len(big), moved=moved,
             nested=tuple(sorted(work.nested))[:LIST_MAX], modes=modes,
         )
-        args = ["commit-tree", tree] + (["-p", parent.commit] if parent is not None else [])
-        commit = self._git.run(*args, input=info.message().encode("utf-8"), now=now).decode().strip()
+        # No parent link: each snapshot stands alone, so dropping the oldest refs frees what only they held.
+        commit = self._git.run("commit-tree", tree, input=info.message().encode("utf-8"), now=now).decode().strip()
         self._git.run("update-ref", f"{REF_PREFIX}{info.id:08d}", commit, "")
         return replace(info, commit=commit)
 

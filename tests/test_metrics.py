@@ -57,6 +57,7 @@ def feed(m: Metrics) -> None:
     m.breaker_state("OPEN")
     m.tree_stopped(survivors=0)
     m.tree_stopped(survivors=2)
+    m.snapshots(count=4, store_bytes=123_456)
 
 
 def test_a_scrape_over_loopback_shows_what_the_supervisor_reported(metrics: Metrics):
@@ -77,6 +78,8 @@ def test_a_scrape_over_loopback_shows_what_the_supervisor_reported(metrics: Metr
     assert value(text, "ralph_supervise_tree_survivors_total") == 2
     assert value(text, "ralph_supervise_child_running") == 1
     assert value(text, "ralph_supervise_iteration_started_timestamp_seconds") == 1_790_000_000.5
+    assert value(text, "ralph_supervise_snapshots") == 4
+    assert value(text, "ralph_supervise_snapshot_bytes") == 123_456
 
 
 def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metrics):
@@ -85,7 +88,8 @@ def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metric
     for name in ("iterations_total", "output_bytes_total", "files_changed_total", "tokens_total",
                  "tree_stops_total", "tree_survivors_total", "breaker_state", "tree_processes",
                  "child_running", "iteration_started_timestamp_seconds", "breaker_final", "iteration",
-                 "cost_usd_total", "limit_wait_until_timestamp_seconds"):
+                 "cost_usd_total", "limit_wait_until_timestamp_seconds",
+                 "snapshots", "snapshot_bytes"):
         assert value(text, f"ralph_supervise_{name}") == 0
     for trigger in KNOWN_TRIGGERS:
         assert value(text, "ralph_supervise_breaker_opens_total", trigger=trigger) == 0

@@ -1,0 +1,252 @@
+"""End to end: a real loop whose fake agent destroys work, the real supervisor, the real snapshot store.
+
+The agent is `examples/bin/claude` playing one shell script per call (FAKE_CLAUDE_CALLS_DIR): it runs
+`git reset --hard`, `git clean -fd`, `rm -rf src` or a slow mass deletion, as agents have done to users.
+Each test proves several things with one supervisor run (the suite's time budget).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers.fault_procs import states
+from tests.helpers.supervise import LOOP, events, history, run, start, supervise_argv, wait_for
+
+pytestmark = pytest.mark.slow
+
+FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
+
+
+def cli(workspace: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    return subprocess.run(supervise_argv(*args, "-w", str(workspace)), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+
+
+def git(workspace: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
+               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    return subprocess.run(["git", "-C", str(workspace), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+def calls(tmp_path: Path, **scripts: str) -> Path:
+    """A folder of per-call scripts for the fake agent: calls(tmp, c1="...", c2="...")."""
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    for name, text in scripts.items():
+        (folder / f"{name[1:]}.sh").write_text(text)
+    return folder
+
+
+def loop_env(calls_dir: Path, **extra: str) -> dict[str, str]:
+    # Calls last long enough for the tree sampler to see each one (a call of a few ms can slip between samples).
+    env = {"FAKE_CLAUDE_CALLS_DIR": str(calls_dir), "FAKE_CLAUDE_SCENARIO": "stuck", "RALPH_LOOP_PAUSE": "0.2",
+           "FAKE_CLAUDE_DELAY": "0.6"}
+    env.update(extra)
+    return env
+
+
+def files_of(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `root` with its bytes and permission bits (links: their target)."""
+    found = {}
+    for dirpath, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in (".git", ".ralph-supervise")]
+        for name in names:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            data = os.readlink(path).encode() if stat.S_ISLNK(st.st_mode) else path.read_bytes()
+            found[path.relative_to(root).as_posix()] = (data, stat.S_IMODE(st.st_mode))
+    return found
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    """The supervised tree: the supervisor's descendants outside its own session (its git helpers are in it)."""
+    own = os.getsid(pid)
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if os.getsid(child.pid) != own:
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
+def snapshots(workspace: Path) -> list[dict]:
+    listed = cli(workspace, "snapshots", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return json.loads(listed.stdout)["snapshots"]
+
+
+def test_snapshots_never_touch_the_users_repository_and_keep_to_their_budget(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "tracked.txt").write_text("v1\n")
+    (ws / ".gitignore").write_text("build/\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "one")
+    git(ws, "checkout", "-qb", "feature")
+    (ws / "tracked.txt").write_text("v2\n")
+    git(ws, "commit", "-qam", "two")
+    (ws / "tracked.txt").write_text("stashed\n")
+    git(ws, "stash", "-q")
+    (ws / "staged.txt").write_text("in the index only\n")
+    git(ws, "add", "staged.txt")
+    (ws / "untracked.txt").write_text("the user's own\n")
+    for ignored in ("node_modules/pkg/index.js", "venv2/lib/site.py", "build/out.o"):
+        (ws / ignored).parent.mkdir(parents=True, exist_ok=True)
+        (ws / ignored).write_text("not the user's work\n")
+    (ws / "venv2" / "pyvenv.cfg").write_text("home = /usr\n")
+    dot_git = {p: (ws / ".git" / p).read_bytes() for p in (
+        Path(d, f).relative_to(ws / ".git").as_posix() for d, _, fs in os.walk(ws / ".git") for f in fs)}
+    status_before = git(ws, "status", "--porcelain", "-uall")
+    reflog_before = git(ws, "reflog")
+    stash_before = git(ws, "stash", "list")
+
+    # Five calls, each rewriting 300 kB that does not compress, under a 1 MB budget: old versions must go.
+    steps = {f"c{n}": "mkdir -p data && head -c 300000 /dev/urandom > data/random.bin\n" for n in range(1, 6)}
+    # The supervisor itself runs as if from a git hook: GIT_DIR and GIT_INDEX_FILE point at the user's repo.
+    env = loop_env(calls(tmp_path, **steps), RALPH_LOOP_MAX="5", GIT_DIR=str(ws / ".git"),
+                   GIT_INDEX_FILE=str(ws / ".git" / "index"), GIT_WORK_TREE=str(ws))
+    done = run(ws, *FAST, "--no-progress", "100", "--snapshot-budget", "1MB", "--", str(LOOP), env=env, timeout=90)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+    after = {p: (ws / ".git" / p).read_bytes() for p in (
+        Path(d, f).relative_to(ws / ".git").as_posix() for d, _, fs in os.walk(ws / ".git") for f in fs)}
+    assert after == dot_git, "the user's .git changed: " + str(set(after) ^ set(dot_git) or
+                                                                [p for p in after if after[p] != dot_git.get(p)])
+    assert git(ws, "reflog") == reflog_before and git(ws, "stash", "list") == stash_before
+    agent = {"?? data/random.bin"}
+    assert set(git(ws, "status", "--porcelain", "-uall").splitlines()) == set(status_before.splitlines()) | agent
+
+    listed = snapshots(ws)
+    state_dir = ws / ".ralph-supervise"
+    store_bytes = json.loads(cli(ws, "snapshots", "--json").stdout)["store_bytes"]
+    assert store_bytes <= 1_000_000, store_bytes
+    assert listed[-1]["iteration"] == 5 and listed[-1]["files"] == 5  # .gitignore, tracked, staged, untracked, data/random.bin
+    assert listed[0]["id"] > 1, "the oldest snapshots were dropped first"
+    assert [s["id"] for s in listed] == sorted(s["id"] for s in listed)
+    dropped = [e for e in events(state_dir, "snapshots_dropped")]
+    assert sum(e["level"] == "warning" for e in dropped) == 1, "the budget is announced once"
+
+    out = tmp_path / "out"
+    restored = cli(ws, "restore", "5", "--to", str(out))
+    assert restored.returncode == 0, restored.stderr
+    assert files_of(out) == {p: v for p, v in files_of(ws).items()
+                             if not p.startswith(("node_modules/", "venv2/", "build/"))}
+
+
+def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q")
+    (ws / "README.md").write_text("# project\n")
+    (ws / "src").mkdir()
+    (ws / "src" / "app.py").write_text("print('app')\n")
+    (ws / ".gitattributes").write_text("* text=auto eol=lf\n")  # git itself would rewrite notes.txt's CRLF
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    (ws / "notes.txt").write_bytes(b"uncommitted\r\nnotes\r\n")
+    (ws / "notes.txt").chmod(0o600)
+    steps = calls(
+        tmp_path,
+        # 1: the agent's uncommitted work: an edit, a new executable file. Slow, so restore meets a running tree.
+        c1="sleep 2; printf '# project\\nedited by the agent\\n' > README.md\n"
+           "printf '#!/bin/sh\\necho step\\n' > src/step_1.sh; chmod 755 src/step_1.sh\n",
+        # 2: the disaster users report: all of it gone (few files: no trip), then 40 new files.
+        c2="git reset -q --hard && git clean -fdq\n"
+           "mkdir -p src/gen; i=0; while [ $i -lt 40 ]; do echo \"gen $i\" > src/gen/f$i.py; i=$((i+1)); done\n",
+        # 3: a slow mass deletion: the breaker must open while it is still going on.
+        c3="for f in src/gen/*; do rm -f \"$f\"; sleep 0.1; done\n",
+    )
+    proc = start(ws, *FAST, "--cooldown", "10", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps))
+    state_dir = ws / ".ralph-supervise"
+    try:
+        wait_for(lambda: events(state_dir, "iteration_started"), timeout=30, what="the first call")
+        refused = cli(ws, "restore", "0")
+        assert refused.returncode == 1 and "unpaused tree" in refused.stderr and len(refused.stderr.splitlines()) == 1
+        assert (ws / "notes.txt").exists()
+
+        wait_for(lambda: any(h["trigger"] == "destructive" for h in history(state_dir)), timeout=60,
+                 what="the destructive trip")
+        wait_for(lambda: events(state_dir, "tree_paused"), what="the tree to freeze")
+        opened = next(h for h in history(state_dir) if h["to"] == "OPEN")
+        assert opened["trigger"] == "destructive" and opened["iteration"] == 3
+        assert f"restore 2 -w {ws}" in opened["reason"] and "src/gen/" in opened["reason"]
+        left = len(list((ws / "src" / "gen").iterdir()))
+        assert 0 < left < 40, f"the deletion was stopped in progress ({left} of 40 files left)"
+        frozen = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE}
+        assert set(states(tree(proc.pid)).values()) <= frozen, [(p.name(), p.status()) for p in tree(proc.pid)]
+        assert f"ralph-supervise restore 2 -w {ws}" in (state_dir / "escalation.md").read_text()
+        live = json.loads(cli(ws, "status", "--json").stdout)
+        assert live["trigger"] == "destructive" and live["snapshots"]["state"] == "on"
+
+        listed = snapshots(ws)
+        marked = [s["iteration"] for s in listed if s["before_trip"] == "destructive"]
+        assert marked == [2]
+
+        # What iteration 1 left (before the reset and the clean), elsewhere, byte for byte, modes kept.
+        out = tmp_path / "it1"
+        assert cli(ws, "restore", "1", "--to", str(out)).returncode == 0
+        assert files_of(out) == {
+            ".gitattributes": (b"* text=auto eol=lf\n", 0o644),
+            "README.md": (b"# project\nedited by the agent\n", 0o644),
+            "notes.txt": (b"uncommitted\r\nnotes\r\n", 0o600),
+            "src/app.py": (b"print('app')\n", 0o644),
+            "src/step_1.sh": (b"#!/bin/sh\necho step\n", 0o755),
+        }
+        # Into the workspace while paused: the deleted files, then the work the reset and the clean took.
+        back = cli(ws, "restore", "2", "src/gen")
+        assert back.returncode == 0, back.stderr
+        assert "undoes this" in back.stdout and "still paused" in back.stdout
+        assert sorted(p.name for p in (ws / "src" / "gen").iterdir()) == sorted(f"f{i}.py" for i in range(40))
+        assert (ws / "src" / "gen" / "f7.py").read_text() == "gen 7\n"
+        assert cli(ws, "restore", "1", "README.md", "notes.txt", "src/step_1.sh").returncode == 0
+        now = files_of(ws)
+        for path in ("README.md", "notes.txt", "src/step_1.sh"):
+            assert now[path] == files_of(out)[path]
+        assert [s["kind"] for s in snapshots(ws)].count("restore") == 2  # each restore can be undone
+
+        missing = cli(ws, "restore", "1", "src/nope.py")
+        assert missing.returncode == 1 and "not in the snapshot of iteration 1" in missing.stderr
+        assert cli(ws, "restore", "99").returncode == 1
+        assert cli(ws, "stop").returncode == 0
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def test_rm_rf_in_a_folder_that_is_no_repository_stops_the_run_and_restores(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    steps = calls(
+        tmp_path,
+        c1="mkdir -p src/pkg; i=0; while [ $i -lt 30 ]; do printf 'line %s\\n' $i > src/pkg/m$i.py; "
+           "i=$((i+1)); done; printf '\\001\\002\\377' > src/blob.bin\n",
+        c2="rm -rf src\n",
+    )
+    done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps),
+               timeout=60)
+    assert done.returncode == 2, done.stderr.decode()[-2000:]
+    state_dir = ws / ".ralph-supervise"
+    assert [h["trigger"] for h in history(state_dir)] == ["destructive"]
+    assert not (ws / "src").exists()
+    assert (ws / ".git").exists() is False
+    back = cli(ws, "restore", "1")
+    assert back.returncode == 0, back.stderr
+    assert (ws / "src" / "blob.bin").read_bytes() == b"\x01\x02\xff"
+    assert sorted(p.name for p in (ws / "src" / "pkg").iterdir()) == sorted(f"m{i}.py" for i in range(30))
+    assert (ws / "src" / "pkg" / "m12.py").read_text() == "line 12\n"

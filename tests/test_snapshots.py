@@ -1,0 +1,294 @@
+"""The snapshot store with real git and real files: exact bytes and modes, the ignore rules, the stat cache,
+files that change while read, the budget, a broken store, and the user's repository left alone."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ralph_supervisor import restore as restore_cmd
+from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES
+from ralph_supervisor.snapshots import (
+    SnapshotError,
+    SnapshotInfo,
+    SnapshotStore,
+    classify_failure,
+    exclude_lines,
+    refused_path,
+    restore_command,
+)
+
+RULES = exclude_lines(BUILTIN_IGNORED_NAMES, [".ralph-supervise"], ["*.tmp"], None)
+
+
+def files_of(root: Path) -> dict[str, tuple[bytes, int]]:
+    found = {}
+    for dirpath, dirs, names in os.walk(os.fsencode(root)):
+        dirs[:] = [d for d in dirs if d not in (b".git", b".ralph-supervise")]
+        for name in names:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISFIFO(st.st_mode):
+                continue
+            data = os.readlink(path) if stat.S_ISLNK(st.st_mode) else Path(os.fsdecode(path)).read_bytes()
+            found[os.fsdecode(os.path.relpath(path, os.fsencode(root)))] = (data, stat.S_IMODE(st.st_mode))
+    return found
+
+
+def take(store: SnapshotStore, iteration: int, changed: list[str] | None = None, **kw: object) -> SnapshotInfo:
+    return store.take(iteration, "iteration", changed, now=time.time(), exclude=RULES, **kw)  # type: ignore[arg-type]
+
+
+def restored(store: SnapshotStore, info: SnapshotInfo, dest: Path) -> dict[str, tuple[bytes, int]]:
+    store.restore(info, dest, store.select(info, []))
+    return files_of(dest)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+def test_a_snapshot_brings_back_bytes_modes_links_and_odd_names_exactly(ws: Path, tmp_path: Path) -> None:
+    # .gitattributes that would make git rewrite line ends and run a filter, were they honoured.
+    (ws / ".gitattributes").write_text("* text=auto eol=crlf\n*.bin filter=lfs diff=lfs merge=lfs\n")
+    (ws / "crlf.txt").write_bytes(b"one\r\ntwo\n")
+    (ws / "data.bin").write_bytes(bytes(range(256)) * 10)
+    (ws / "empty").write_bytes(b"")
+    (ws / "secret.key").write_text("k\n")
+    (ws / "secret.key").chmod(0o600)
+    (ws / "tool.sh").write_text("#!/bin/sh\n")
+    (ws / "tool.sh").chmod(0o750)
+    (ws / "frozen.txt").write_text("read only\n")
+    (ws / "frozen.txt").chmod(0o444)
+    (ws / "a dir" / "sub").mkdir(parents=True)
+    (ws / "a dir" / "sub" / "line\nbreak.txt").write_text("newline in the name\n")
+    (ws / "a dir" / "ünïcode.md").write_text("ü\n")
+    open(os.fsencode(ws) + b"/latin1-\xe9.txt", "wb").write(b"not UTF-8 in the name\n")
+    os.symlink("does/not/exist", ws / "dangling")
+    os.symlink("crlf.txt", ws / "link")
+    os.mkfifo(ws / "pipe")
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    info = take(store, 0)
+    before = files_of(ws)
+    assert info.files == len(before) and info.added == len(before)
+    assert restored(store, info, tmp_path / "out") == before
+
+    # Change things; the old snapshot still gives the old bytes, the new one the new.
+    (ws / "crlf.txt").write_bytes(b"changed\r\n")
+    (ws / "secret.key").chmod(0o640)
+    os.unlink(ws / "data.bin")
+    second = take(store, 1, ["crlf.txt", "secret.key", "data.bin"])
+    assert (second.added, second.modified, second.deleted) == (0, 1, 1)
+    assert restored(store, second, tmp_path / "out2") == files_of(ws)
+    assert restored(store, store.find(0) or info, tmp_path / "out3") == before
+
+
+def test_an_incremental_snapshot_records_what_a_full_look_finds(ws: Path, tmp_path: Path) -> None:
+    (ws / "src").mkdir()
+    for i in range(20):
+        (ws / "src" / f"m{i}.py").write_text(f"m = {i}\n")
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    take(store, 0)
+    (ws / "src" / "m1.py").write_text("changed\n")
+    os.unlink(ws / "src" / "m2.py")
+    (ws / "src" / "m3.py").chmod(0o755)
+    (ws / "new" / "deep").mkdir(parents=True)
+    (ws / "new" / "deep" / "n.py").write_text("new\n")
+    os.unlink(ws / "src" / "m4.py")
+    (ws / "src" / "m4.py").mkdir()  # a file that became a folder
+    (ws / "src" / "m4.py" / "inside.py").write_text("inside\n")
+    changed = ["src/m1.py", "src/m2.py", "src/m3.py", "new/deep/n.py", "src/m4.py", "src/m4.py/inside.py"]
+    quick = take(store, 1, changed)
+    full = take(store, 2, None)
+    assert (full.added, full.modified, full.deleted) == (0, 0, 0), "the full look found nothing the quick one missed"
+    assert (quick.files, quick.bytes) == (full.files, full.bytes)
+    assert restored(store, quick, tmp_path / "quick") == restored(store, full, tmp_path / "full") == files_of(ws)
+
+
+def test_what_the_watcher_ignores_is_not_stored(ws: Path) -> None:
+    (ws / ".gitignore").write_text("build/\n*.log\n")
+    for path in ("keep.py", "build/out.o", "app.log", "node_modules/p/i.js", "env/lib/x.py", "scratch.tmp",
+                 ".ralph-supervise/state.json", "pkg/__pycache__/m.pyc", "excluded-by-user.txt", ".ralph/status"):
+        (ws / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / path).write_text("x\n")
+    (ws / "env" / "pyvenv.cfg").write_text("home = /usr\n")  # a virtual environment, whatever its name
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / ".git" / "info" / "exclude").write_text("excluded-by-user.txt\n")
+    user_exclude = (ws / ".git" / "info" / "exclude").read_text()
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    rules = exclude_lines(BUILTIN_IGNORED_NAMES, [".ralph-supervise"], ["*.tmp"], user_exclude)
+    info = store.take(0, "start", None, now=time.time(), exclude=rules)
+    assert sorted(store.files_in(info)) == [".gitignore", "keep.py"]
+
+
+def test_a_file_over_the_limit_is_listed_not_stored(ws: Path, tmp_path: Path) -> None:
+    (ws / "small.txt").write_text("small\n")
+    (ws / "grows.bin").write_bytes(b"g" * 100)
+    (ws / "huge.bin").write_bytes(b"h" * 5000)
+    store = SnapshotStore(ws, ws / ".ralph-supervise", max_file=1000)
+    first = take(store, 0)
+    assert first.not_stored == ("huge.bin",) and sorted(store.files_in(first)) == ["grows.bin", "small.txt"]
+    (ws / "grows.bin").write_bytes(b"g" * 2000)
+    second = take(store, 1, ["grows.bin"])
+    assert second.not_stored == ("grows.bin", "huge.bin") and store.files_in(second) == ["small.txt"]
+    with pytest.raises(SnapshotError, match="over --snapshot-max-file") as caught:
+        store.select(second, ["huge.bin"])
+    assert caught.value.kind == "missing"
+    assert store.select(first, ["grows.bin"]) == ["grows.bin"]
+
+
+def test_a_file_that_keeps_changing_while_read_is_listed_as_moved(ws: Path) -> None:
+    (ws / "quiet.txt").write_text("still\n")
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    take(store, 0)
+    stop = threading.Event()
+
+    def write() -> None:  # rewrites a small file over and over, its size flipping each time
+        with open(ws / "busy.log.txt", "wb", buffering=0) as fh:
+            flip = 0
+            while not stop.is_set():
+                fh.seek(0)
+                fh.truncate()
+                fh.write(b"x" * (4096 + flip))
+                flip ^= 1
+                time.sleep(0.0002)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        time.sleep(0.05)
+        info = take(store, 1, ["busy.log.txt", "quiet.txt"])
+    finally:
+        stop.set()
+        writer.join()
+    assert info.moved == ("busy.log.txt",)
+    assert "busy.log.txt" in store.files_in(info), "stored as last read"
+
+
+def test_the_budget_drops_the_oldest_snapshots_first_and_keeps_the_newest(ws: Path) -> None:
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    for n in range(8):
+        (ws / "random.bin").write_bytes(os.urandom(100_000))  # does not compress: each version costs 100 kB
+        take(store, n, ["random.bin"] if n else None)
+    assert store.keep_within(0) == (0, store.size_on_disk()), "0: no budget to keep"
+    dropped, size = store.keep_within(350_000)
+    kept = store.list()
+    assert dropped == 8 - len(kept) and len(kept) >= 1 and size <= 350_000
+    assert [i.iteration for i in kept] == list(range(8 - len(kept), 8)), "oldest first"
+    assert store.count() == len(kept)
+    (ws / "random.bin").write_bytes(os.urandom(500_000))
+    take(store, 8, ["random.bin"])
+    store.keep_within(350_000)
+    assert [i.iteration for i in store.list()] == [8], "the newest stays even when it alone is over"
+
+
+def test_a_broken_store_is_moved_aside_and_a_new_one_started(ws: Path) -> None:
+    (ws / "a.txt").write_text("a\n")
+    state = ws / ".ralph-supervise"
+    store = SnapshotStore(ws, state)
+    take(store, 0)
+    (state / "snapshots" / "HEAD").write_text("garbage\n")
+    fresh = SnapshotStore(ws, state)
+    fresh.open()
+    assert fresh.moved_aside is not None and fresh.moved_aside.name.startswith("snapshots.corrupt-")
+    assert fresh.list() == []
+    assert take(fresh, 1).files == 1
+
+
+def test_the_users_repository_and_git_config_never_apply(ws: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / "file.txt").write_bytes(b"crlf\r\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[core]\n\tautocrlf = true\n\texcludesfile = ~/.ignore\n")
+    (home / ".ignore").write_text("file.txt\n")
+    before = {p: p.read_bytes() for p in (ws / ".git").rglob("*") if p.is_file()}
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_DIR", str(ws / ".git"))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(ws / ".git" / "index"))
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(ws / ".git" / "objects"))
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    info = take(store, 0)
+    assert store.files_in(info) == ["file.txt"]
+    assert restored(store, info, tmp_path / "out")["file.txt"] == (b"crlf\r\n", 0o644)
+    assert {p: p.read_bytes() for p in (ws / ".git").rglob("*") if p.is_file()} == before
+
+
+def test_restore_reports_a_missing_iteration_or_path_in_one_line(ws: Path, tmp_path: Path) -> None:
+    state = ws / ".ralph-supervise"
+
+    def restore(iteration: int, *paths: str, to: str | None = None) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = restore_cmd.restore(ws, state, iteration, paths, to, out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    code, _, err = restore(1)
+    assert code == 1 and err.count("\n") == 1 and "no snapshots of" in err
+    (ws / "a.txt").write_text("a\n")
+    store = SnapshotStore(ws, state)
+    for n in (0, 1, 2, 5):
+        take(store, n)
+    code, _, err = restore(4)
+    assert code == 1 and err.count("\n") == 1 and "iterations 0-2, 5" in err
+    code, _, err = restore(2, "nope.txt", to=str(tmp_path / "x"))
+    assert code == 1 and err == "ralph-supervise restore: nope.txt is not in the snapshot of iteration 2\n"
+    code, _, err = restore(2, "/etc/passwd", to=str(tmp_path / "x"))
+    assert code == 1 and "outside the workspace" in err
+    assert not (tmp_path / "x").exists(), "nothing is written when a path is wrong"
+    code, out, _ = restore(2, str(ws / "a.txt"), to=str(tmp_path / "x"))
+    assert code == 0 and (tmp_path / "x" / "a.txt").read_text() == "a\n" and "restored 1 file " in out
+    (ws / "a.txt").write_text("changed\n")
+    code, out, _ = restore(2)  # into the workspace, no supervisor: a snapshot of the present first
+    assert code == 0 and (ws / "a.txt").read_text() == "a\n"
+    assert store.list()[-1].kind == "restore" and f"`{restore_command(0, ws)}` undoes" in out
+
+
+def test_snapshots_lists_them_as_a_table_and_as_json(ws: Path) -> None:
+    state = ws / ".ralph-supervise"
+    out = io.StringIO()
+    assert restore_cmd.list_snapshots(ws, state, as_json=False, out=out) == 0 and "no snapshots" in out.getvalue()
+    (ws / "a.txt").write_text("a\n")
+    store = SnapshotStore(ws, state)
+    first = take(store, 0)
+    take(store, 1)
+    store.mark_trip(first.id, "destructive", time.time())
+    out = io.StringIO()
+    restore_cmd.list_snapshots(ws, state, as_json=True, out=out)
+    listed = json.loads(out.getvalue())["snapshots"]
+    assert [(s["iteration"], s["before_trip"]) for s in listed] == [(0, "destructive"), (1, None)]
+    out = io.StringIO()
+    restore_cmd.list_snapshots(ws, state, as_json=False, out=out)
+    assert "before a trip (destructive)" in out.getvalue() and restore_command(1, ws) in out.getvalue()
+
+
+def test_a_snapshot_message_round_trips() -> None:
+    info = SnapshotInfo(id=3, iteration=7, kind="iteration", at="2026-12-01T00:00:00.000Z", files=2, bytes=9,
+                        added=1, not_stored=("big.bin",), not_stored_count=1, moved=("\udce9.txt",),
+                        modes={"key": 0o600})
+    back = SnapshotInfo.from_message(info.message(), "abc")
+    assert back == SnapshotInfo(**{**info.__dict__, "commit": "abc"})
+    with pytest.raises(ValueError):
+        SnapshotInfo.from_message('{"id": -1}', "abc")
+
+
+def test_git_failures_are_told_apart() -> None:
+    assert classify_failure("fatal: unable to write new index file: No space left on device") == "disk-full"
+    assert classify_failure("error: insufficient permission for adding an object to repository database") == "no-access"
+    assert classify_failure("fatal: not a git repository: '/x'") == "corrupt"
+    assert classify_failure("error: object file .git/objects/ab/cd is empty\nfatal: loose object abcd is corrupt") == "corrupt"
+    assert classify_failure("fatal: something else") == "failed"
+    assert refused_path("error: d/fifo: unsupported file type\nfatal: Unable to process path d/fifo") == "d/fifo"
+    assert refused_path("error: open(\"secret\"): Permission denied\nerror: unable to index file 'secret'") == "secret"
+    assert refused_path("fatal: bad") is None
