@@ -20,6 +20,9 @@ Usage (what `supervisor.py` does):
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from collections import deque
@@ -39,6 +42,7 @@ from ralph_supervisor.snapshots import (
     SnapshotInfo,
     SnapshotStore,
     exclude_lines,
+    helper_pids,
     human_size,
     restore_command,
     summary,
@@ -161,6 +165,10 @@ class SnapshotKeeper:
         thread.join(CLOSE_WAIT_S)
         if thread.is_alive():
             self._warn("snapshot_unfinished", hint=f"the last snapshot took longer than {CLOSE_WAIT_S:.0f} s")
+            for pid in helper_pids():  # we leave: nothing of ours may outlive us
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            thread.join(5.0)
 
     def idle(self, timeout: float) -> bool:
         """Wait until every requested snapshot is done (tests and benchmarks); False on timeout."""

@@ -59,6 +59,9 @@ LIST_MAX = 1000
 RETRIES = 2
 """Passes over files that changed while they were read, before they are listed as moved."""
 GIT_TIMEOUT_S = 600.0
+RECOUNT_EVERY = 20
+"""The store's bytes on disk are counted at least every that many snapshots (between counts, an upper
+bound of what was added stands in for them)."""
 MAINTAIN_LOOSE = 2000
 """Loose objects before they are packed (many small files cost the disk more than one pack)."""
 BUDGET_LOW_WATER = 0.9
@@ -376,6 +379,11 @@ class SnapshotStore:
         """Where a corrupt store was put, when `open` found one."""
         self._checked = False
         """The store was found healthy once: later snapshots trust it (a failure says otherwise)."""
+        self._latest_seen: SnapshotInfo | None = None
+        self._size: int | None = None
+        """Bytes on disk at the last count, and what was stored since (an upper bound), and how often."""
+        self._stored_since = 0
+        self._takes_since = 0
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -480,10 +488,36 @@ class SnapshotStore:
         return self._latest()
 
     def _latest(self) -> SnapshotInfo | None:
-        out = self._git.run("for-each-ref", "--count=1", "--sort=-refname",
-                            "--format=%(objectname)%09%(contents:subject)", REF_PREFIX)
-        line = out.decode("utf-8", "replace").strip()
-        return _parse_ref_line(line) if line else None
+        """The newest snapshot, read from the ref files; its commit is read only when it is not the one
+        this store wrote or read last (another process, a `restore`, may have added one)."""
+        refs = self._refs()
+        if not refs:
+            return None
+        commit = refs[max(refs)]
+        cached = self._latest_seen
+        if cached is not None and cached.commit == commit:
+            return cached
+        raw = self._git.run("cat-file", "commit", commit).decode("utf-8", "replace")
+        info = _parse_ref_line(f"{commit}\t{raw.partition(chr(10) + chr(10))[2].strip()}")
+        self._latest_seen = info
+        return info
+
+    def _refs(self) -> dict[str, str]:
+        """The snapshot refs (name -> commit), loose and packed, read from the files: no git process."""
+        refs: dict[str, str] = {}
+        for line in read_text_quietly(self.path / "packed-refs").splitlines():
+            sha, _, ref = line.partition(" ")
+            if ref.startswith(REF_PREFIX):
+                refs[ref[len(REF_PREFIX):]] = sha
+        try:
+            with os.scandir(self.path / REF_PREFIX) as entries:
+                for entry in entries:
+                    sha = read_text_quietly(Path(entry.path)).strip()
+                    if len(sha) == 40 and entry.name.isdigit():
+                        refs[entry.name] = sha
+        except OSError:
+            pass
+        return refs
 
     def find(self, iteration: int) -> SnapshotInfo | None:
         """The newest snapshot of that iteration."""
@@ -492,17 +526,7 @@ class SnapshotStore:
 
     def count(self) -> int:
         """How many snapshots the store keeps (read from the ref files: no git process)."""
-        names = set()
-        try:
-            names |= set(os.listdir(self.path / REF_PREFIX))
-        except OSError:
-            pass
-        packed = read_text_quietly(self.path / "packed-refs")
-        for line in packed.splitlines():
-            _sha, _, ref = line.partition(" ")
-            if ref.startswith(REF_PREFIX):
-                names.add(ref[len(REF_PREFIX):])
-        return len(names)
+        return len(self._refs())
 
     def size_on_disk(self) -> int:
         return _tree_size(self.path)[0]
@@ -532,13 +556,14 @@ class SnapshotStore:
         parent = self._latest()
         index = self.path / "index"
         full = (changed is None or parent is None or not index.exists()
-                or (full_every > 0 and (parent.id + 1) % full_every == 0))
+                or (full_every > 0 and self.count() % full_every == 0))
         if parent is not None and not index.exists():
             self._git.run("read-tree", parent.commit)  # the stat cache is lost, the content is not
         nested = set(parent.nested) if parent is not None else set()
         work = self._full_pass(nested) if full else self._changed_pass(changed or (), nested)
         moved = self._update(work)
-        return self._commit(iteration, kind, parent, work, moved, full, now)
+        next_id = max((int(name) for name in self._refs()), default=0) + 1  # even past an unreadable newest
+        return self._commit(next_id, iteration, kind, parent, work, moved, full, now)
 
     def _write_exclude(self, lines: Sequence[str]) -> None:
         path = self.path / "info" / "exclude"
@@ -651,7 +676,7 @@ class SnapshotStore:
                 work.drop.add(refused)
         raise SnapshotError("failed", "git update-index refused too many paths")
 
-    def _commit(self, iteration: int, kind: str, parent: SnapshotInfo | None, work: _Pass,
+    def _commit(self, snapshot_id: int, iteration: int, kind: str, parent: SnapshotInfo | None, work: _Pass,
                 moved: tuple[str, ...], full: bool, now: float) -> SnapshotInfo:
         tree = self._git.run("write-tree").decode().strip()
         added = modified = deleted = 0
@@ -680,11 +705,12 @@ class SnapshotStore:
                 for sign, line in zip(signs, sizes.split()):
                     size_delta += sign * int(line) if line.isdigit() else 0
         listing: dict[str, int] | None = None
-        if full or parent is None:
+        if parent is None:  # everything is new: what was read is what is stored
+            files, total = len(work.add), sum(sig[0] for sig in work.add.values())
+            added = files
+        elif full:
             listing = self._tree_listing(tree)
             files, total = len(listing), sum(listing.values())
-            if parent is None:
-                added = files
         else:
             files = parent.files + added - deleted
             total = parent.bytes + size_delta
@@ -701,7 +727,7 @@ class SnapshotStore:
         if len(modes) > LIST_MAX * 10:
             modes = dict(sorted(modes.items())[: LIST_MAX * 10])
         info = SnapshotInfo(
-            id=(parent.id + 1) if parent is not None else 1, iteration=iteration, kind=kind,
+            id=snapshot_id, iteration=iteration, kind=kind,
             at=state_files.iso_utc(now), files=files, bytes=max(0, total),
             added=added, modified=modified, deleted=deleted,
             not_stored=tuple(sorted(big))[:LIST_MAX], not_stored_count=len(big), moved=moved,
@@ -709,8 +735,23 @@ class SnapshotStore:
         )
         # No parent link: each snapshot stands alone, so dropping the oldest refs frees what only they held.
         commit = self._git.run("commit-tree", tree, input=info.message().encode("utf-8"), now=now).decode().strip()
-        self._git.run("update-ref", f"{REF_PREFIX}{info.id:08d}", commit, "")
-        return replace(info, commit=commit)
+        self._write_ref(info.id, commit)
+        info = replace(info, commit=commit)
+        self._latest_seen = info
+        self._stored_since += sum(sig[0] for sig in work.add.values()) + 1024
+        self._takes_since += 1
+        return info
+
+    def _write_ref(self, snapshot_id: int, commit: str) -> None:
+        """A loose ref is a file holding the commit (git's own format); written whole or not at all."""
+        path = self.path / f"{REF_PREFIX}{snapshot_id:08d}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(commit + "\n", encoding="ascii")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise SnapshotError(_errno_kind(exc), f"cannot write {path}: {exc.strerror or exc}") from None
 
     def _tree_listing(self, tree: str) -> dict[str, int]:
         """Every file of a tree with its size (links count their target's length, as git stores them)."""
@@ -728,6 +769,10 @@ class SnapshotStore:
     def keep_within(self, budget: int) -> tuple[int, int]:
         """Drop the oldest snapshots until the store fits `budget` bytes (the newest always stays);
         pack loose objects now and then. Returns (snapshots dropped, bytes on disk after)."""
+        estimate = None if self._size is None else self._size + self._stored_since
+        if (estimate is not None and self._takes_since < RECOUNT_EVERY
+                and (budget <= 0 or estimate <= budget * BUDGET_LOW_WATER)):
+            return 0, estimate  # far from the budget: counting the files on disk can wait
         with self._locked():
             size, loose = _tree_size(self.path)
             if loose > MAINTAIN_LOOSE and (budget <= 0 or size <= budget):
@@ -747,6 +792,7 @@ class SnapshotStore:
                     self._git.run("gc", "--prune=now", "-q")
                     dropped += len(batch)
                     size, loose = _tree_size(self.path)
+            self._size, self._stored_since, self._takes_since = size, 0, 0
             return dropped, size
 
     def mark_trip(self, snapshot_id: int, trigger: str, now: float) -> None:
