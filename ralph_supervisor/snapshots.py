@@ -86,9 +86,9 @@ CONFIG = """\
 \thooksPath = /dev/null
 \tfsmonitor = false
 \tuntrackedCache = false
-\tsplitIndex = false
-[index]
-\tversion = 4
+\tsplitIndex = true
+[splitIndex]
+\tsharedIndexExpire = now
 [gc]
 \tauto = 0
 \tautoDetach = false
@@ -98,7 +98,8 @@ CONFIG = """\
 \tgpgSign = false
 """
 """The whole config: written at creation, so nothing of the user's or the system's applies (their
-`core.autocrlf`, filters or hooks would change what is stored, or run code)."""
+`core.autocrlf`, filters or hooks would change what is stored, or run code). A split index: each snapshot
+rewrites only the entries that changed, not one entry per file (twice as fast at 100,000 files)."""
 
 
 class SnapshotError(Exception):
@@ -290,7 +291,8 @@ class _Git:
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None, now: float | None = None,
             ok: Sequence[int] = (0,)) -> bytes:
         env = _git_env(self.git_dir, self.work_tree, index, time.time() if now is None else now)
-        if args[0] == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
+        command = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
+        if command == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
         try:
             proc = subprocess.Popen([self.git, *args], cwd=self.work_tree, env=env, close_fds=True,
@@ -309,14 +311,14 @@ class _Git:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
-                raise SnapshotError("failed", f"git {args[0]} did not finish in {GIT_TIMEOUT_S:.0f} s") from None
+                raise SnapshotError("failed", f"git {command} did not finish in {GIT_TIMEOUT_S:.0f} s") from None
         finally:
             with _helpers_lock:
                 _helpers.discard(proc.pid)
         if proc.returncode not in ok:
             text = err.decode("utf-8", "replace").strip()
             last = text.splitlines()[-1] if text else f"exit code {proc.returncode}"
-            raise SnapshotError(classify_failure(text), f"git {args[0]} failed: {last}"[:400], text)
+            raise SnapshotError(classify_failure(text), f"git {command} failed: {last}"[:400], text)
         return out
 
 
@@ -858,9 +860,11 @@ class SnapshotStore:
             raise SnapshotError(_errno_kind(exc), f"cannot create {dest}: {exc.strerror or exc}") from None
         with self._locked(), tempfile.TemporaryDirectory(prefix=".restore-", dir=self.path) as tmp:
             index = Path(tmp) / "index"
-            self._git.run("read-tree", info.commit, index=index)
+            whole = ("-c", "core.splitIndex=false")  # a throwaway index: no shared part left in the store
+            self._git.run(*whole, "read-tree", info.commit, index=index)
             data = b"".join(os.fsencode(f) + b"\0" for f in files)
-            self._git.run("checkout-index", "-f", "-z", "--stdin", f"--prefix={dest}/", input=data, index=index)
+            self._git.run(*whole, "checkout-index", "-f", "-z", "--stdin", f"--prefix={dest}/", input=data,
+                          index=index)
         for path in files:
             target = dest / path
             try:

@@ -105,7 +105,7 @@ paths = st.sampled_from([f"d/f{i}" for i in range(6)])
 contents = st.sampled_from([ABSENT, held(b""), held(b"a" * 100), held(b"a" * 5), held(b"b" * 100), held(b"c")])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(start=st.dictionaries(paths, contents.filter(lambda c: c != ABSENT)), steps=st.lists(st.tuples(paths, contents)))
 def test_the_running_count_equals_a_recount_from_scratch(start: dict[str, bytes], steps: list[tuple[str, bytes]]) -> None:
     """However the changes come, the incremental count is: destroyed paths whose content no touched path holds."""

@@ -206,19 +206,7 @@ def test_repeated_sigkills_at_random_moments_never_corrupt_the_state_files(tmp_p
 # ------------------------------------------------------------------------------- disk full, read-only
 
 
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs to put the state folder on (needs root and mount; skipped otherwise)."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+# `tiny_disk` (a 1 MiB tmpfs) is in conftest.py: the snapshot keeper's tests use it too.
 
 
 def test_a_full_state_disk_costs_log_bytes_but_never_the_child_or_its_exit_code(

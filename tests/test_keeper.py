@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,20 +41,6 @@ def ws(tmp_path: Path) -> Path:
     root.mkdir()
     (root / "a.txt").write_text("a\n")
     return root
-
-
-@pytest.fixture
-def mount(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (needs root and mount; skipped otherwise)."""
-    point = tmp_path / "tiny"
-    point.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(point)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], capture_output=True)
 
 
 def test_snapshots_at_start_and_at_each_iteration_end_with_metrics(ws: Path) -> None:
@@ -140,10 +125,10 @@ def test_a_budget_of_zero_means_no_snapshots_and_no_warning(ws: Path) -> None:
     assert not (ws / ".ralph-supervise" / "snapshots").exists()
 
 
-def test_a_full_disk_pauses_snapshots_with_one_warning_until_there_is_room(ws: Path, mount: Path) -> None:
+def test_a_full_disk_pauses_snapshots_with_one_warning_until_there_is_room(ws: Path, tiny_disk: Path) -> None:
     (ws / "big.bin").write_bytes(os.urandom(1_500_000))  # more than the 1 MiB disk holds
     with capture_logs() as logs:
-        keeper, _ = keeper_for(ws, mount)
+        keeper, _ = keeper_for(ws, tiny_disk)
         keeper.start(0)
         for n in (1, 2):
             keeper.iteration_ended(n)
@@ -157,13 +142,13 @@ def test_a_full_disk_pauses_snapshots_with_one_warning_until_there_is_room(ws: P
     assert len(warnings(logs, "snapshots_paused")) == 1
     assert [e["event"] for e in logs if e["event"] == "snapshots_resumed"] == ["snapshots_resumed"]
     assert keeper.status()["state"] == "on"
-    assert SnapshotStore(ws, mount).list()[-1].iteration == 3
+    assert SnapshotStore(ws, tiny_disk).list()[-1].iteration == 3
 
 
-def test_a_store_that_cannot_be_written_turns_snapshots_off(ws: Path, mount: Path) -> None:
-    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True, capture_output=True)
+def test_a_store_that_cannot_be_written_turns_snapshots_off(ws: Path, tiny_disk: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_disk)], check=True, capture_output=True)
     with capture_logs() as logs:
-        keeper, _ = keeper_for(ws, mount)
+        keeper, _ = keeper_for(ws, tiny_disk)
         keeper.start(0)
         keeper.iteration_ended(1)
         keeper.close(1)
