@@ -228,8 +228,11 @@ def how_to_continue(decision: Decision, workspace: str) -> list[str]:
             "the next iteration is a trial; progress closes the breaker, anything else opens it again."
         )
         lines.append("")
-    elif decision.trigger in ("manual", "destructive"):
-        lines.append("The tree stays paused until someone resumes it (or restores a snapshot, or stops it).")
+    elif decision.trigger == "manual":
+        lines.append("The tree stays paused until someone resumes it.")
+        lines.append("")
+    elif decision.trigger == "destructive":
+        lines.append("No cooldown: the breaker waits for a human (restore the files first, then resume or stop).")
         lines.append("")
     lines += [
         f"- `ralph-supervise resume -w {w}` ends the wait now and starts the trial,",

@@ -100,7 +100,9 @@ def human(status: dict[str, Any]) -> str:
     snapshots = status.get("snapshots")
     if isinstance(snapshots, dict):
         latest = snapshots.get("latest") or {}
-        text = f"{snapshots.get('count', 0)} kept, {snapshots.get('bytes', 0)} bytes"
+        from ralph_supervisor.snapshots import human_size
+
+        text = f"{snapshots.get('count', 0)} kept, {human_size(int(snapshots.get('bytes') or 0))}"
         if latest:
             text += f", the newest of iteration {latest.get('iteration')} ({latest.get('files')} files)"
         if snapshots.get("state") in ("off", "paused"):
