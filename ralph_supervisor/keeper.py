@@ -70,7 +70,8 @@ class SnapshotKeeper:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._jobs: deque[tuple[Any, ...]] = deque()
-        self._busy = False
+        self._busy: str | None = None
+        """The kind of job the keeper's thread is doing now (snapshot, open, mark), or None."""
         self._closing = False
         self._thread: threading.Thread | None = None
         self._pending: set[str] | None = None
@@ -130,7 +131,7 @@ class SnapshotKeeper:
     def iteration_started(self, number: int) -> None:
         with self._lock:
             self._iteration = number
-            behind = self._busy or any(job[0] == "snapshot" for job in self._jobs)
+            behind = self._busy in ("open", "snapshot") or any(job[0] == "snapshot" for job in self._jobs)
             latest = self.latest
             self._watch.begin(None if behind or latest is None else latest.files)
             self._watching = self._watch.enabled
@@ -173,7 +174,7 @@ class SnapshotKeeper:
     def idle(self, timeout: float) -> bool:
         """Wait until every requested snapshot is done (tests and benchmarks); False on timeout."""
         with self._wake:
-            return self._wake.wait_for(lambda: not self._jobs and not self._busy, timeout)
+            return self._wake.wait_for(lambda: not self._jobs and self._busy is None, timeout)
 
     # -- what the supervisor shows --------------------------------------------------------------------
 
@@ -235,14 +236,14 @@ class SnapshotKeeper:
                 if not self._jobs:
                     return
                 job = self._jobs.popleft()
-                self._busy = True
+                self._busy = job[0]
             try:
                 self._do(job)
             except Exception as exc:  # noqa: BLE001 - a fault of ours never stops supervision
                 self._warn("snapshot_failed", error=repr(exc)[:300])
             finally:
                 with self._wake:
-                    self._busy = False
+                    self._busy = None
                     self._wake.notify_all()
 
     def _do(self, job: tuple[Any, ...]) -> None:
