@@ -177,14 +177,24 @@ def main() -> int:
         project_bytes, project_disk = apparent_bytes(root / "src"), du_bytes(root / "src")
         print(f"tree: {files} files {counts}, {unique} project files made unique", flush=True)
 
-        store = SnapshotStore(root, root / STATE)
-        t0 = time.perf_counter()
-        first = store.take(0, "start", None, now=time.time(), exclude=RULES)
-        first_s = time.perf_counter() - t0
-        plain = Plain(root, base_dir / "plain.git")
-        t0 = time.perf_counter()
-        plain.snapshot()
-        plain_first_s = time.perf_counter() - t0
+        # The first snapshot, twice each, alternating, after a sync: the tree was just written, and its
+        # writeback would otherwise land on whichever runs first.
+        first_times: list[float] = []
+        plain_times: list[float] = []
+        for _round in range(2):
+            os.sync()
+            shutil.rmtree(root / STATE, ignore_errors=True)
+            store = SnapshotStore(root, root / STATE)
+            t0 = time.perf_counter()
+            first = store.take(0, "start", None, now=time.time(), exclude=RULES)
+            first_times.append(time.perf_counter() - t0)
+            shutil.rmtree(base_dir / "plain.git", ignore_errors=True)
+            plain = Plain(root, base_dir / "plain.git")
+            t0 = time.perf_counter()
+            plain.snapshot()
+            plain_times.append(time.perf_counter() - t0)
+        first_s, plain_first_s = min(first_times), min(plain_times)
+        store.keep_within(BUDGET)  # packs what the first snapshot left loose, as the keeper does after it
         print(f"first snapshot: ours {first_s:.2f} s ({first.files} files), plain git {plain_first_s:.2f} s", flush=True)
 
         t0 = time.perf_counter()
@@ -243,8 +253,8 @@ def main() -> int:
         "|---|---|---|---|---|",
         f"| snapshot after an iteration that changed 10 files (median; p90 {ms(pct(ours, 90))}) | {ms(median)} | "
         f"{ms(statistics.median(base))} | {median / statistics.median(base):.2f} | < {TARGET_MS:.0f} ms |",
-        f"| first snapshot ({first.files:,} files hashed and stored) | {first_s:.2f} s | {plain_first_s:.2f} s | "
-        f"{first_s / plain_first_s:.2f} | (for reference) |",
+        f"| first snapshot ({first.files:,} files hashed and stored; best of 2, after a sync) | {first_s:.2f} s | "
+        f"{plain_first_s:.2f} s | {first_s / plain_first_s:.2f} | (for reference) |",
         f"| a full look with a warm stat cache (every 20th snapshot, and after lost events) | {ms(full_s)} | | | |",
         f"| same tree, all {big.files:,} files in the snapshot: 10 files changed (median) | "
         f"{ms(statistics.median(big_ours))} | {ms(statistics.median(big_base))} | "
