@@ -123,10 +123,14 @@ def typical_loop(store: SnapshotStore, root: Path, iterations: int, rng: random.
     """A loop's typical iteration: 5 files edited, 1 new file, every 10th iteration 2 files deleted.
     Taken as the keeper takes them (every 20th a full look). Returns (mean s per snapshot, max s)."""
     files = project_files(root)
+    deleted: set[str] = set()
     times: list[float] = []
     for i in range(iterations):
         changed = rng.sample(files, 5)
         for path in changed:
+            if not (root / path).exists():
+                raise RuntimeError(f"{path} vanished at iteration {i} (deleted by this loop: {path in deleted}; "
+                                   f"its folder exists: {(root / path).parent.exists()})")
             with open(root / path, "a") as fh:
                 fh.write(f"export const step{i} = {rng.random():.6f};\n")
         new = f"src/new/n{i // 100:03d}/step_{i}.js"
@@ -138,6 +142,7 @@ def typical_loop(store: SnapshotStore, root: Path, iterations: int, rng: random.
             for gone in rng.sample(files, 2):
                 os.unlink(root / gone)
                 files.remove(gone)
+                deleted.add(gone)
                 if gone not in changed:
                     changed.append(gone)
         t0 = time.perf_counter()
