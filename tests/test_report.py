@@ -442,3 +442,19 @@ def test_report_html_is_written_at_an_open_while_paused_and_again_at_exit(tmp_pa
             proc.kill()
             proc.wait()
     assert "Stopped on request (`ralph-supervise stop`) at iteration 3." in html.read_text()
+
+
+def test_a_human_called_in_is_told_the_snapshot_to_restore_and_the_exact_command(tmp_path: Path) -> None:
+    from ralph_supervisor.snapshots import SnapshotStore
+
+    state_dir = fixture(tmp_path, "stuck")
+    workspace = state_dir.parent
+    (workspace / "src.py").write_text("x = 1\n")
+    SnapshotStore(workspace, state_dir).take(4, "end", None, now=NOW)
+    code, out, _ = run_main(state_dir)
+    assert code == 0
+    decide = out[out.index("## What a human should decide next"):]
+    assert "`ralph-supervise restore 4 -w /srv/proj`" in decide  # the workspace the run recorded
+    assert "newest snapshot (iteration 4" in decide
+    code, out, _ = run_main(fixture(tmp_path / "other", "stuck"))
+    assert "ralph-supervise restore" not in out  # no store: nothing to restore

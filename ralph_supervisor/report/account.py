@@ -807,6 +807,20 @@ def what_next(verdict: Verdict, state: Mapping[str, Any] | None, rows: Sequence[
         f"- `ralph-supervise run -w {w} -- <your loop command>` starts it again."]
 
 
+def restore_steps(summary: Mapping[str, Any] | None, workspace: str, *, called_a_human: bool) -> list[str]:
+    """The snapshot a human may restore, with the exact command (when the store holds one)."""
+    from ralph_supervisor.snapshots import restore_command
+
+    latest = (summary or {}).get("latest")
+    if not isinstance(latest, Mapping) or not called_a_human:
+        return []
+    number = as_int(latest.get("iteration"))
+    w = workspace or "DIR"
+    return [f"- `{restore_command(number, w)}` brings back the workspace's files as the newest snapshot "
+            f"(iteration {number}, {as_int(latest.get('files'))} files) holds them; "
+            f"`ralph-supervise snapshots -w {w}` lists the others."]
+
+
 # -- the whole account ------------------------------------------------------------------------
 
 
@@ -821,6 +835,7 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
     verdict = judge(runs, records.state, rows, running, now, history)
     workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(records.state_dir.parent)
     residual, decide, steps = what_next(verdict, records.state, rows, workspace)
+    steps = steps + restore_steps(records.snapshots, workspace, called_a_human=residual is not None)
     name = next((as_text(r.budgets.get("name"), 60) for r in reversed(runs) if r.budgets.get("name")), "")
     walls = [(r.ended_at or (now if running and r is runs[-1] else r.last_at) or 0.0) - r.started_at
              for r in runs if r.started_at is not None]

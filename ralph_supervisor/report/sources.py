@@ -86,6 +86,8 @@ class Records:
     escalation: Path | None
     running_pid: int | None
     warnings: list[str] = field(default_factory=list)
+    snapshots: dict[str, Any] | None = None
+    """The snapshot store's summary (`snapshots.read_summary`): the newest snapshot to restore; None without one."""
 
     @property
     def found(self) -> bool:
@@ -114,7 +116,17 @@ def read_records(state_dir: Path) -> Records:
         escalation=escalation if escalation.is_file() else None,
         running_pid=running_supervisor_pid(state_dir) if state_dir.is_dir() else None,
         warnings=warnings,
+        snapshots=_snapshots(state_dir),
     )
+
+
+def _snapshots(state_dir: Path) -> dict[str, Any] | None:
+    from ralph_supervisor.snapshots import read_summary  # git runs only when a store exists
+
+    try:
+        return read_summary(state_dir)
+    except OSError:
+        return None
 
 
 def read_state(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
