@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ralph_supervisor.breaker import Decision, State
+from ralph_supervisor.decisions import Plan, plan_for
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.residual import CODE_ERROR, HUMAN_NEEDED, needs_a_human
 from ralph_supervisor.text import one_line
@@ -210,10 +211,12 @@ def decide_next(residual: Residual, decision: Decision, has_errors: bool = True)
     ]
 
 
-def how_to_continue(decision: Decision, workspace: str) -> list[str]:
-    """The commands that take it from here (Markdown lines)."""
+def how_to_continue(decision: Decision, workspace: str, on_open: str = "pause") -> list[str]:
+    """The commands that take it from here (Markdown lines). `on_open`: what the run's `--on-open` was, since
+    with `stop` an open is the end of the run whatever the breaker would wait for."""
     w = workspace
-    if decision.state is State.OPEN and decision.final:
+    stopped = decision.state is State.OPEN and plan_for(decision, on_open=on_open) is Plan.STOP_FOR_GOOD
+    if stopped:
         return [
             "The run has stopped for good (the supervisor exits 2). To continue after fixing the cause:",
             "",
@@ -294,7 +297,8 @@ def render_escalation(
         out += [f"- {_code(item) if residual.kind == 'actionable' else one_line(item, 300)}" for item in residual.because]
     has_errors = any(r.error_signatures for r in recent)
     out += ["", "## What a human must decide", ""] + decide_next(residual, decision, has_errors)
-    out += ["", "## How to continue", ""] + how_to_continue(decision, workspace)
+    out += ["", "## How to continue", ""] + how_to_continue(decision, workspace,
+                                                             str(settings_summary.get("on_open") or "pause"))
     if restore:
         out += ["", "## The workspace's files", ""] + list(restore)
     out += ["", f"## Evidence: the last {len(recent)} iteration(s)", ""] + _evidence_table(recent)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ralph_supervisor.breaker import Breaker, Decision, Thresholds
+from ralph_supervisor.breaker import Breaker, Decision, State, Thresholds
 from ralph_supervisor.escalation import classify_residual, error_patterns, outcome, render_escalation, status_line
 from ralph_supervisor.iteration import IterationReport
 
@@ -223,3 +223,12 @@ def test_error_patterns_count_iterations_most_frequent_first() -> None:
         for n, sigs in enumerate([{a}, {a, b}, {a}, {b}], start=1)
     ]
     assert [(sig, n) for sig, n, _ in error_patterns(reports)] == [(a, 3), (b, 2)]
+
+
+def test_with_on_open_stop_an_open_is_the_end_of_the_run_not_a_wait_for_the_cooldown() -> None:
+    from ralph_supervisor.escalation import how_to_continue
+
+    opened = Decision("open", State.OPEN, "no-progress", "stuck", 3, cooldown_s=1800.0)
+    assert "after the cooldown" in " ".join(how_to_continue(opened, "/w"))
+    stopped = " ".join(how_to_continue(opened, "/w", on_open="stop"))
+    assert "stopped for good" in stopped and "cooldown" not in stopped

@@ -773,15 +773,18 @@ def _decision(state: Mapping[str, Any] | None, verdict: Verdict) -> Decision:
 
 
 def what_next(verdict: Verdict, state: Mapping[str, Any] | None, rows: Sequence[IterationRow],
-              workspace: str) -> tuple[Residual | None, list[str], list[str]]:
+              workspace: str, verdict_budgets: Mapping[str, Any] | None = None
+              ) -> tuple[Residual | None, list[str], list[str]]:
     """The residual (when the breaker called a human), what to decide, and the commands that continue."""
     w = workspace or "DIR"
+    verdict_budgets = verdict_budgets or {}
     if verdict.by in ("breaker", "restart", "hand", "refused"):
         decision = _decision(state, verdict)
         reports = [as_iteration_report(r) for r in rows[-10:]]
         residual = classify_residual(decision, reports)
         has_errors = any(r.signatures for r in rows[-10:])
-        return residual, decide_next(residual, decision, has_errors), how_to_continue(decision, w)
+        on_open = as_text(verdict_budgets.get("on_open"), 10) or "pause"
+        return residual, decide_next(residual, decision, has_errors), how_to_continue(decision, w, on_open)
     if verdict.status == "running":
         return None, ["- Nothing yet: the loop is running and the breaker is closed."], [
             f"- `ralph-supervise watch -w {w}` follows it live; `ralph-supervise stop -w {w}` ends it."]
@@ -834,7 +837,7 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
     marks, bands = timeline_marks(rows, history, runs, now, (records.state or {}).get("final") is True)
     verdict = judge(runs, records.state, rows, running, now, history)
     workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(records.state_dir.parent)
-    residual, decide, steps = what_next(verdict, records.state, rows, workspace)
+    residual, decide, steps = what_next(verdict, records.state, rows, workspace, runs[-1].budgets if runs else {})
     steps = steps + restore_steps(records.snapshots, workspace, called_a_human=residual is not None)
     name = next((as_text(r.budgets.get("name"), 60) for r in reversed(runs) if r.budgets.get("name")), "")
     walls = [(r.ended_at or (now if running and r is runs[-1] else r.last_at) or 0.0) - r.started_at
