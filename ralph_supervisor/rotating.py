@@ -8,9 +8,16 @@ A full or read-only disk costs us the bytes (counted in `dropped_bytes`), never 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+MAX_ROTATED = 1000
+"""Rotated files are NAME.1 (newest) to NAME.N (oldest); readers look this far at most."""
+
+_EVENT_NAME = re.compile(rb'"event": "([a-z_]+)"')
 
 
 class RotatingFile:
@@ -111,3 +118,57 @@ class RotatingFile:
         """The current file and its rotated files that exist, newest first."""
         names = [self.path] + [self.path.with_name(f"{self.path.name}.{i}") for i in range(1, self.keep + 1)]
         return [p for p in names if p.exists()]
+
+
+def rotated_files(path: Path) -> list[Path]:
+    """`path` and its rotated files that exist, oldest first."""
+    older: list[Path] = []
+    for index in range(1, MAX_ROTATED + 1):
+        candidate = path.with_name(f"{path.name}.{index}")
+        if not candidate.exists():
+            break
+        older.append(candidate)
+    return [*reversed(older), *([path] if path.exists() else [])]
+
+
+def read_json_lines(path: Path, wanted: frozenset[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSON objects of `path` and its rotated files, oldest first, and one warning per damaged file.
+
+    With `wanted`, only lines whose `event` is one of those names are parsed (a cheap regex first), so a
+    long structured log costs what its interesting lines cost. The last line of the live file may be
+    being written: a cut last line there is not damage.
+    """
+    records: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    files = rotated_files(path)
+    for file in files:
+        try:
+            data = file.read_bytes()
+        except OSError as exc:
+            warnings.append(f"{file.name} is unreadable ({exc.strerror or exc}): skipped")
+            continue
+        lines = data.split(b"\n")
+        partial_tail = file == path and not data.endswith(b"\n")
+        bad: list[int] = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if wanted is not None:
+                name = _EVENT_NAME.search(line)
+                if name is not None and name.group(1).decode() not in wanted:
+                    continue
+            try:
+                value = json.loads(line)
+            except (ValueError, RecursionError):
+                if not (partial_tail and number == len(lines)):
+                    bad.append(number)
+                continue
+            if not isinstance(value, dict):
+                bad.append(number)
+            elif wanted is None or value.get("event") in wanted:
+                records.append(value)
+        if bad:
+            what = "line is" if len(bad) == 1 else "lines are"
+            warnings.append(f"{file.name}: {len(bad)} {what} not a JSON object (line {bad[0]}"
+                            + (", ..." if len(bad) > 1 else "") + "): skipped, the rest is reported")
+    return records, warnings

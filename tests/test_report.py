@@ -26,7 +26,8 @@ from ralph_supervisor.report.account import (
     split_runs,
     verdict_line,
 )
-from ralph_supervisor.report.sources import GitFacts, Records, read_jsonl, read_records
+from ralph_supervisor.report.sources import GitFacts, Records, read_records
+from ralph_supervisor.rotating import read_json_lines
 from tests.helpers.supervise import REPO
 from tests.helpers.synthetic_runs import write_run
 
@@ -324,7 +325,7 @@ def test_damaged_jsonl_is_read_line_by_line_and_counted(lines: list[bytes]) -> N
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "events.jsonl"
         path.write_bytes(b"\n".join(lines) + b"\n")
-        records, warnings = read_jsonl(path)
+        records, warnings = read_json_lines(path)
         good = sum(1 for line in lines if line == b'{"event": "iteration_finished", "iteration": 1}')
         assert len(records) >= good and len(warnings) <= 1
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store
 from ralph_supervisor.breaker import Decision
-from ralph_supervisor.rotating import RotatingFile
+from ralph_supervisor.rotating import RotatingFile, read_json_lines
 
 NAME = "history.jsonl"
 MAX_BYTES = 1_000_000
@@ -89,12 +89,6 @@ def tail(state_dir: Path, count: int) -> list[dict[str, Any]]:
     return _parse(lines[-count:]) if count > 0 else []
 
 
-def read_all(state_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every transition still on disk, oldest first (rotated files included); unreadable lines skipped."""
-    files = [path(state_dir)] + [state_dir / f"{NAME}.{i}" for i in range(1, TOTAL_BYTES // MAX_BYTES + 1)]
-    for file in reversed([f for f in files if f.exists()]):
-        try:
-            data = file.read_bytes()
-        except OSError:
-            continue
-        yield from _parse(data.splitlines())
+def read_all(state_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every transition still on disk, oldest first (rotated files included), and one warning per damaged file."""
+    return read_json_lines(path(state_dir))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -25,8 +24,6 @@ from ralph_supervisor.files import escalation_md, events_jsonl, history_jsonl, l
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.iteration import IterationReport
 
-MAX_ROTATED = 1000
-"""Rotated files are NAME.1 (newest) to NAME.N (oldest), as `rotating.RotatingFile` names them."""
 
 EVENTS_READ = frozenset({
     "orphans_swept", "supervisor_started", "child_started", "child_exited", "iteration_started",
@@ -35,7 +32,6 @@ EVENTS_READ = frozenset({
 })
 """The `event` names the report uses; other lines of events.jsonl are not even parsed."""
 
-_EVENT_NAME = re.compile(rb'"event": "([a-z_]+)"')
 
 GIT_TIMEOUT = 5.0
 GIT_LOG_ROWS = 50
@@ -100,9 +96,9 @@ def read_records(state_dir: Path) -> Records:
     warnings: list[str] = []
     state, warning = read_state(state_dir)
     warnings += [warning] if warning else []
-    history, more = read_jsonl(history_jsonl.path(state_dir))
+    history, more = history_jsonl.read_all(state_dir)
     warnings += more
-    events, more = read_jsonl(events_jsonl.path(state_dir), EVENTS_READ)
+    events, more = events_jsonl.read(state_dir, EVENTS_READ)
     warnings += more
     ledger, warning = read_ledger(state_dir)
     warnings += [warning] if warning else []
@@ -143,60 +139,6 @@ def read_state(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{state_json.NAME}: {str(exc)[:160]}: the breaker's state is not shown"
     extras = {k: v for k, v in data.items() if k not in snapshot}
     return {**extras, **snapshot}, None
-
-
-def rotated_files(path: Path) -> list[Path]:
-    """`path` and its rotated files that exist, oldest first."""
-    older: list[Path] = []
-    for index in range(1, MAX_ROTATED + 1):
-        candidate = path.with_name(f"{path.name}.{index}")
-        if not candidate.exists():
-            break
-        older.append(candidate)
-    return [*reversed(older), *([path] if path.exists() else [])]
-
-
-def read_jsonl(path: Path, wanted: frozenset[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The JSON objects of `path` and its rotated files, oldest first, and one warning per damaged file.
-
-    With `wanted`, only lines whose `event` is one of those names are parsed (a cheap regex first), so a
-    long structured log costs what its interesting lines cost. The last line of the live file may be
-    being written: a cut last line there is not damage.
-    """
-    records: list[dict[str, Any]] = []
-    warnings: list[str] = []
-    files = rotated_files(path)
-    for file in files:
-        try:
-            data = file.read_bytes()
-        except OSError as exc:
-            warnings.append(f"{file.name} is unreadable ({exc.strerror or exc}): skipped")
-            continue
-        lines = data.split(b"\n")
-        partial_tail = file == path and not data.endswith(b"\n")
-        bad: list[int] = []
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if wanted is not None:
-                name = _EVENT_NAME.search(line)
-                if name is not None and name.group(1).decode() not in wanted:
-                    continue
-            try:
-                value = json.loads(line)
-            except (ValueError, RecursionError):
-                if not (partial_tail and number == len(lines)):
-                    bad.append(number)
-                continue
-            if not isinstance(value, dict):
-                bad.append(number)
-            elif wanted is None or value.get("event") in wanted:
-                records.append(value)
-        if bad:
-            what = "line is" if len(bad) == 1 else "lines are"
-            warnings.append(f"{file.name}: {len(bad)} {what} not a JSON object (line {bad[0]}"
-                            + (", ..." if len(bad) > 1 else "") + "): skipped, the rest is reported")
-    return records, warnings
 
 
 def read_ledger(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
