@@ -5,7 +5,9 @@
 #   RALPH_LOOP_FORMAT  json (default) | stream-json (what --live uses) | text
 #   RALPH_LOOP_MAX, RALPH_LOOP_PAUSE, RALPH_LOOP_TIMEOUT as in ralph_loop.sh
 here=$(cd "$(dirname "$0")" && pwd)
-export PATH="$here/bin:$PATH"
+# The fake agent in examples/bin, unless the caller put it on PATH already (scripts/demo.sh and the tests do,
+# so that ralph-supervise's call shims, which it puts first on PATH, stay in front of it).
+case ":$PATH:" in *":$here/bin:"*) ;; *) export PATH="$here/bin:$PATH" ;; esac
 mkdir -p .ralph/logs
 loop=0
 while true; do

@@ -8,7 +8,9 @@
 #   RALPH_LOOP_FORMAT   claude's --output-format: json (default), stream-json (Ralph's --live) or text;
 #                       gemini's -o (json, stream-json or text); text turns codex's and opencode's JSON off
 here=$(cd "$(dirname "$0")" && pwd)
-export PATH="$here/bin:$PATH"
+# The fake agent in examples/bin, unless the caller put it on PATH already (scripts/demo.sh and the tests do,
+# so that ralph-supervise's call shims, which it puts first on PATH, stay in front of it).
+case ":$PATH:" in *":$here/bin:"*) ;; *) export PATH="$here/bin:$PATH" ;; esac
 prompt=${RALPH_PROMPT:-"Implement the next step of the plan in PLAN.md."}
 agent=${RALPH_LOOP_AGENT:-claude}
 format=${RALPH_LOOP_FORMAT:-json}

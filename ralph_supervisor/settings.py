@@ -151,6 +151,18 @@ def _names(raw: Any) -> tuple[str, ...]:
     return names
 
 
+def _agent_names(raw: Any) -> tuple[str, ...]:
+    """Agent process names: each a plain program name (it names a shim file, so no path, no metacharacters)."""
+    from ralph_supervisor.evidence.shims import bad_agent_name
+
+    names = _names(raw)
+    for name in names:
+        reason = bad_agent_name(name)
+        if reason is not None:
+            raise ValueError(reason)
+    return names
+
+
 def _strings(raw: Any) -> tuple[str, ...]:
     items = raw if isinstance(raw, list) else [raw]
     if not all(isinstance(item, str) for item in items):
@@ -300,7 +312,7 @@ OPTIONS: tuple[Option, ...] = (
            ("RALPH_SUPERVISE_NAME",), metavar="NAME"),
     Option("notify", "--notify", _notify_urls, (), "an apprise URL notified on open, final stop, limit wait and child exit (repeatable)",
            ("RALPH_SUPERVISE_NOTIFY",), repeatable=True, metavar="URL"),
-    Option("iteration_process", "--iteration-process", _names, AGENT_NAMES,
+    Option("iteration_process", "--iteration-process", _agent_names, AGENT_NAMES,
            "an iteration is the life of a descendant process with one of these names (comma list)",
            ("RALPH_SUPERVISE_AGENT",), metavar="NAMES"),
     Option("iteration_marker", "--iteration-marker", _regex, None,

@@ -48,11 +48,12 @@ from ralph_supervisor.escalation import render_escalation
 from ralph_supervisor.evidence.analysis import OutputAnalysis
 from ralph_supervisor.evidence.errors import error_set
 from ralph_supervisor.evidence.fingerprint import Returns
-from ralph_supervisor.evidence.iterations import CallEvidence, IterationTracker, OutputResult, build_report, is_agent_call
+from ralph_supervisor.evidence.calls import CallHooks, CallWatcher
+from ralph_supervisor.evidence.iterations import CallEvidence, IterationTracker, OutputResult, build_report
 from ralph_supervisor.evidence.silence import SilenceMeter
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import Chunk, OutputTap
-from ralph_supervisor.evidence.workspace import Change, Workspace
+from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
 from ralph_supervisor.files import child_log, events_jsonl, ledger_json, state_json
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
@@ -85,7 +86,6 @@ TICK_OUTPUT = 0.25
 TICK_IDLE = 0.5
 TICK_MIN = 0.02
 RECENT_REPORTS = 20
-SETTLE_SECONDS = 0.15
 SHUTDOWN_WAIT_SECONDS = 5.0
 TRIM_EVERY = 100
 TEXTFILE_EVERY = 10.0
@@ -162,8 +162,8 @@ class Supervisor:
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir, spawned=self.hooks.pids.add, done=self.hooks.pids.discard)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
-                                   interrupting=self._mark_calls_cut_short, collect_exits=self._on_sigchld,
-                                   extend_timeout=self.sd.extend_timeout, terminal=self.terminal)
+                                   collect_exits=self._on_sigchld, extend_timeout=self.sd.extend_timeout,
+                                   terminal=self.terminal, leader=lambda: self.child.pid if self.child else None)
 
         # the evidence
         self.tracker = IterationTracker(settings.iteration_process, settings.iteration_marker, self.breaker.iteration)
@@ -186,13 +186,12 @@ class Supervisor:
         """Iteration boundaries may block briefly (queued kernel events): one worker keeps them in order."""
         self.control: ControlServer | None = ControlServer(socket_path(self.state_dir), self._handle_control)
 
-        # the calls (sampled from the tree)
-        self._finishing: asyncio.Task[None] | None = None
-        """The report of the call that just ended is being put together (late output, late file events)."""
-        self._settle: asyncio.Event | None = None
-        self._cmdlines: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...]]] = {}
-        self._cut_short: set[tuple[int, float]] = set()
-        """Agent calls that were running when we paused or stopped the tree: never a trial."""
+        # the calls: announced by the shims on PATH, or sampled from the tree (evidence/calls.py)
+        self.calls = CallWatcher(self.tracker, self.workspace, self._ws_pool, settings.iteration_process,
+                                 CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
+                                           settle_output=self._settle_output, read_output=self.tap.read_now))
+        self.actions.calls = self.calls
+        self._child_env = self.calls.prepare(self.state_dir, self._child_environment())
 
     # ------------------------------------------------------------------ set-up and tear-down
 
@@ -201,6 +200,7 @@ class Supervisor:
         self._install_signals()
         await asyncio.to_thread(self.workspace.start)
         self.keeper.start(self.breaker.iteration, lambda: self.workspace.ignored_prefixes)
+        self.calls.start()
         try:
             await self.control.start()  # type: ignore[union-attr]
         except OSError as exc:
@@ -255,6 +255,11 @@ class Supervisor:
     async def _shutdown(self) -> None:
         if self.tree.scan():
             await self.actions.stop("supervisor_exit", self.tracker.number)
+        try:  # the call a stop cut short is still reported
+            await asyncio.wait_for(self.calls.finish_current(), SHUTDOWN_WAIT_SECONDS)
+        except (asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001
+            log.warning("call_reports_unfinished", error=repr(exc))
+        self.calls.close()
         self.tap.detach_all()
         self._on_sigchld()
         deadline = time.monotonic() + SHUTDOWN_WAIT_SECONDS
@@ -300,15 +305,19 @@ class Supervisor:
 
     # ------------------------------------------------------------------ the child
 
-    def _spawn(self) -> None:
-        settings = self.settings
+    def _child_environment(self) -> dict[str, str]:
         env = dict(environment_for_child(os.environ))
         env["RALPH_SUPERVISE"] = "1"
         name, _, value = self.tree_marker.partition("=")
         env[name] = value  # lets a successor find orphans started after the last record
         env["RALPH_SUPERVISE_STATE_DIR"] = str(self.state_dir)
+        return env
+
+    def _spawn(self) -> None:
+        settings = self.settings
+        self.calls.release()  # a restart after a stop: its calls may run
         try:
-            popen = spawn(list(settings.command), settings.workspace, env)
+            popen = spawn(list(settings.command), settings.workspace, self._child_env)
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -321,6 +330,7 @@ class Supervisor:
         popen.stdout.close()
         popen.stderr.close()
         self.child = ChildInfo(popen.pid, time.time(), popen)
+        self.calls.child_started(self.child.started_at)
         self.actions.paused = False
         log.info("child_started", pid=popen.pid, command=list(settings.command))
         self.metrics.child_running(True)
@@ -351,9 +361,7 @@ class Supervisor:
             await asyncio.to_thread(self.analysis.wait_done, self.tap.last_seq, 5.0)
             if self.tree.scan():
                 await self._stop_tree("child_exited")
-            if self._finishing is not None:
-                await asyncio.shield(self._finishing)
-            await self._finish_call(self.tracker.current)
+            await self.calls.finish_current()
         finally:
             self._finish(code)  # whatever went wrong in the bookkeeping, the child's code is the answer
 
@@ -470,7 +478,8 @@ class Supervisor:
                  commits=report.commits, output_bytes=report.output_bytes, errors=len(report.error_signatures),
                  tokens=tokens, outcome=outcome, failed=report.failed, usage_limited=report.usage_limited,
                  blocked=report.blocked, cut_short=report.cut_short, cost_usd=report.cost_usd,
-                 returned_to=report.returned_to, agent=report.agent or None,
+                 returned_to=report.returned_to, agent=report.agent or None, exit_status=report.exit_status,
+                 killed_by=report.killed_by, timed_out=report.timed_out, paths=list(report.changed_paths[:5]),
                  duration_s=round(report.ended_at - report.started_at, 3), **iteration_fields(report))
         self.metrics.iteration_finished(files_changed=report.files_changed, output_bytes=0, tokens=tokens)
         self.metrics.add_cost(report.cost_usd or 0.0)
@@ -600,12 +609,7 @@ class Supervisor:
                 self._wake.set()  # output while no call is known: a short call may be running, sample now
         else:
             if result.starts and not self._exiting():
-                now = time.time()
-                ended = self.tracker.finish()
-                if ended is not None:
-                    delta = self._ws_pool.submit(self.workspace.end_iteration)
-                    self._spawn_task(self._report_call(ended, now, delta))
-                self._begin_call(now)
+                self.calls.marker_boundary(time.time())
             self.tracker.add_output(result, time.time())
         self.metrics.add_output_bytes(result.nbytes)
 
@@ -670,11 +674,19 @@ class Supervisor:
         stats = self.tree.sample() if not stopping else []
         self._record_members(stats)
         if self.tracker.marker is None and not stopping:
-            await self._track_agent_calls(stats, now)
+            self.calls.sample(stats, now)
         if self.limit_until is not None and now >= self.limit_until:
             async with self.actions.lock:
                 await self._end_limit_wait("the limit has reset")
-        decision = self.breaker.tick(now, silent_since=self._silent_since(stats, now))
+        silent_since = self._silent_since(stats, now)
+        waiting = None
+        if silent_since is None and self.child is not None and not self.actions.paused and not stopping:
+            waiting = self.calls.waiting_since()  # no call runs: since when the loop has not reached its agent
+        if waiting is not None:
+            decision = self.breaker.tick(now, silent_since=waiting, waiting_for_call=True,
+                                         loop_errors=tuple(self.tracker.loop_errors))
+        else:
+            decision = self.breaker.tick(now, silent_since=silent_since)
         if decision.changed:
             await self.apply(decision)
         self.sd.maybe_watchdog(time.monotonic())
@@ -706,111 +718,43 @@ class Supervisor:
         started = call.started_wall if call is not None else self._started_wall
         return self.silence.silent_since(watched, now, call_started=started, last_output=last_output)
 
-    # ------------------------------------------------------------------ agent calls (sampled from the tree)
+    # ------------------------------------------------------------------ agent calls (evidence/calls.py finds them)
 
-    def _identity(self, stat: ProcStat) -> tuple[str, tuple[str, ...]]:
-        """Name and command line, cached per process image. The name alone does not tell an exec: a pyenv
-        `python3` shim (bash) execs python3 under the same name, so the key holds where the code is mapped."""
-        key = (stat.pid, stat.start_ticks, stat.name, stat.code)
-        known = self._cmdlines.get(key)
-        if known is None:
-            try:
-                with open(f"/proc/{stat.pid}/cmdline", "rb") as fh:
-                    raw = fh.read(65536)
-                cmdline = tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
-            except OSError:
-                cmdline = ()
-            known = self._cmdlines[key] = (stat.name, cmdline)
-            if len(self._cmdlines) > 4096:
-                self._cmdlines.clear()
-        return known
-
-    async def _track_agent_calls(self, stats: list[ProcStat], now: float) -> None:
-        call = self.tracker.current
-        live = {(s.pid, s.create_time) for s in stats}
-        if call is not None and call.pid is not None:
-            if (call.pid, call.create_time) not in live:
-                self._finishing = self._spawn_task(self._finish_call(call))
-            return
-        if self.actions.paused:
-            return
-        candidates = [(s.pid, s.create_time, *self._identity(s)) for s in stats]
-        found = self.tracker.new_call_candidate(candidates)
-        if found is not None:
-            if self._finishing is not None and not self._finishing.done():
-                # A new call began: the previous one's report cannot wait for stragglers any longer.
-                if self._settle is not None:
-                    self._settle.set()
-                await asyncio.shield(self._finishing)
-            pid, ctime = found
-            self.tracker.ignore_process(pid, ctime)
-            name, argv = next((ident for p, c, *ident in candidates if (p, c) == (pid, ctime)), ("", ()))
-            self._begin_call(now, pid, ctime, name, argv)
-
-    def _begin_call(self, now: float, pid: int | None = None, create_time: float | None = None,
-                    name: str = "", argv: tuple[str, ...] = ()) -> CallEvidence:
-        call = self.tracker.start(time.monotonic(), now, pid, create_time, name, argv)
-        if pid is not None and (pid, create_time) in self._cut_short:
-            call.cut_short = True
-        self._ws_pool.submit(self.workspace.begin_iteration)
+    def _call_started(self, call: CallEvidence, now: float) -> None:
+        """A call began: its silence counts from here; the breaker learns of it (the trial, the caps)."""
         self.keeper.iteration_started(call.number)
         self.silence.restart(now)
-        log.info("iteration_started", iteration=call.number, pid=pid)
+        log.info("iteration_started", iteration=call.number, pid=call.pid, name=call.name or None)
         self.metrics.iteration_started(now=now)
         self.sd.status(self._sd_status())
         decision = self.breaker.iteration_started(call.number, now)
         self._save()
         if decision.changed:
             self._spawn_task(self.apply(decision))
-        return call
 
-    async def _finish_call(self, call: CallEvidence | None) -> None:
-        """The call ended: wait for its last output and file events (briefly), then report it."""
-        if call is None:
-            return
-        ended = time.time()
+    async def _settle_output(self) -> None:
+        """Everything the pipes and tailed files hold now, analysed (a call just ended)."""
         self.tailer.poll()  # the call's last words in its log file still belong to it
-        self.tracker.finish()
+        self.tap.read_now()
         await asyncio.to_thread(self.analysis.wait_done, self.tap.last_seq, 5.0)
-        self._settle = settle = asyncio.Event()
-        try:
-            await asyncio.wait_for(settle.wait(), SETTLE_SECONDS)  # the watcher's events trail the writes
-        except asyncio.TimeoutError:
-            pass
-        await self._report_call(call, ended)
 
-    async def _report_call(self, call: CallEvidence, ended: float,
-                           delta_future: concurrent.futures.Future[Any] | None = None) -> None:
+    def _build_report(self, call: CallEvidence, ended: float, delta: WorkspaceDelta, *, exit_status: int | None = None,
+                      killed_by: int | None = None, timed_out: bool = False) -> IterationReport:
+        """A finished call's report: its output read by the adapter of the agent that made it (or --agent's)."""
         from ralph_supervisor.agents import output_warnings, read_call
 
-        if delta_future is None:
-            delta_future = self._ws_pool.submit(self.workspace.end_iteration)
-        delta = await asyncio.wrap_future(delta_future)
         self.keeper.iteration_ended(call.number, events_lost=delta.events_lost)
         agent = None
-        if call.text:  # read by the adapter of the agent that made the call (or --agent's)
+        if call.text:
             agent = read_call(call.output_text(), name=call.name, argv=call.argv, agent=self.settings.agent, now=ended)
             call.error_lines.extend(line for line in agent.error_lines if line not in call.error_lines)
             for key, event, fields in output_warnings(agent):
                 self.warnings.once(key, event_name=event, iteration=call.number, **fields)
         returned_to = self.returns.record(call.number, delta.fingerprint)
-        report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
-                              commits=delta.commits, agent=agent, signatures=error_set(call.error_lines),
-                              returned_to=returned_to)
-        self.tracker.release(call.number)
-        await self._observe(report, ended)
-
-    def _mark_calls_cut_short(self) -> None:
-        """The calls running now are interrupted by us: their iterations are neutral, never the trial."""
-        if self.tracker.current is not None:
-            self.tracker.current.cut_short = True
-        if self.tracker.marker is None:
-            for stat in self.tree.sample():
-                name, cmdline = self._identity(stat)
-                if is_agent_call(name, cmdline, self.tracker.agent_names):
-                    self._cut_short.add((stat.pid, stat.create_time))
-            if len(self._cut_short) > 1024:
-                self._cut_short.clear()
+        return build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
+                            commits=delta.commits, agent=agent, signatures=error_set(call.error_lines),
+                            returned_to=returned_to, exit_status=exit_status, killed_by=killed_by,
+                            timed_out=timed_out)
 
     # ------------------------------------------------------------------ small things
 

@@ -3,9 +3,12 @@
 Every action runs off the event loop (the tree may hold hundreds of processes) and under one lock: a
 resume interleaved with a pause could thaw a tree the pause still froze, leaving it running while the
 supervisor believes it paused. Each action logs its event (`tree_paused`, `tree_resumed`, `tree_stopped`)
-and tells the metrics; `interrupting` runs first, so the calls it cuts off are known to be cut short.
+and tells the metrics. With a call gate (`calls`, evidence/calls.py's CallWatcher), a pause or a stop
+first holds the calls (no new one may start; the running ones are cut short), a resume releases them, and
+a stop goes in the loop's order (`leader`: the loop's pid) killing agent calls that start meanwhile.
 
-    >>> actions = TreeActions(tree, grace=10.0, metrics=metrics, interrupting=calls.mark_cut_short)  # doctest: +SKIP
+    >>> actions = TreeActions(tree, grace=10.0, metrics=metrics, leader=lambda: child_pid)  # doctest: +SKIP
+    >>> actions.calls = calls                                                                  # doctest: +SKIP
     >>> async with actions.lock:                                                                    # doctest: +SKIP
     ...     await actions.pause(iteration=7)
 """
@@ -14,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from ralph_supervisor.process.linux import ProcStat
 from ralph_supervisor.process.tree import ProcessTree, StopResult
 
 if TYPE_CHECKING:
@@ -27,14 +31,25 @@ if TYPE_CHECKING:
 log = structlog.get_logger("ralph_supervisor")
 
 
+class CallGate(Protocol):
+    """What the tree actions ask of the agent calls (evidence/calls.py's CallWatcher)."""
+
+    refused: int
+
+    def hold(self, why: str, members: Sequence[ProcStat]) -> None: ...
+
+    def release(self) -> None: ...
+
+    def refuse_process(self, stat: ProcStat) -> bool: ...
+
+
 class TreeActions:
     """Pause, resume and stop the tree. Callers hold `lock` around a sequence of actions that belong together."""
 
     def __init__(self, tree: ProcessTree, *, grace: float, metrics: Any,
-                 interrupting: Callable[[], None] = lambda: None,
                  collect_exits: Callable[[], None] = lambda: None,
                  extend_timeout: Callable[[float], None] = lambda seconds: None,
-                 terminal: Terminal | None = None) -> None:
+                 terminal: Terminal | None = None, leader: Callable[[], int | None] = lambda: None) -> None:
         self.tree = tree
         self.grace = grace
         self.lock = asyncio.Lock()
@@ -42,17 +57,22 @@ class TreeActions:
         self.stopping = False
         """A stop is under way: the tick does not sample (the stop scans) and exits are not the loop's own."""
         self._metrics = metrics
-        self._interrupting = interrupting
+        self.calls: CallGate | None = None
+        self._leader = leader
         self._collect_exits = collect_exits
         self._extend_timeout = extend_timeout
         self._terminal = terminal
         """Told of every pause, resume and stop: it puts the terminal back as it found it (terminal.py)."""
 
     async def pause(self, iteration: int) -> int:
-        """SIGSTOP every process (parents first, until no newcomer shows up); the number frozen."""
-        self._interrupting()
+        """SIGSTOP every process (parents first, until no newcomer shows up); the number frozen. No agent
+        call starts while frozen, even when something outside thaws the tree."""
+        if self.calls is not None:
+            self.calls.hold("freeze", self.tree.sample())
         started = time.monotonic()
         count = await asyncio.to_thread(self.tree.pause)
+        if self.calls is not None:
+            self.calls.hold("freeze", self.tree.sample())  # whatever started while the pause went round
         if self._terminal is not None:
             self._terminal.tree_paused()
         self.paused = True
@@ -61,6 +81,8 @@ class TreeActions:
         return count
 
     async def resume(self, iteration: int) -> int:
+        if self.calls is not None:
+            self.calls.release()
         if self._terminal is not None:
             self._terminal.tree_resumed()  # the terminal as the tree had it
         count = await asyncio.to_thread(self.tree.resume)
@@ -69,12 +91,16 @@ class TreeActions:
         return count
 
     async def stop(self, why: str, iteration: int) -> StopResult:
-        """TERM, the grace, KILL, re-scan until nothing is left; logs `tree_stopped` with the survivors."""
-        self._interrupting()
+        """No new call from now on; TERM the loop's group, then the rest once it exited or half the grace
+        passed, KILL at the grace, re-scan until nothing is left; logs `tree_stopped` with the survivors."""
+        calls = self.calls
+        if calls is not None:
+            calls.hold("stop", self.tree.sample())
         self.stopping = True
         try:
             self._extend_timeout(self.grace + 10)
-            result = await asyncio.to_thread(self.tree.stop, self.grace)
+            result = await asyncio.to_thread(self.tree.stop, self.grace, leader=self._leader(),
+                                             refuse=calls.refuse_process if calls is not None else None)
             self._collect_exits()  # while `stopping` holds: these exits are ours, not the loop's own
             self.record_stop(result, why, iteration)
             self.paused = False
@@ -95,6 +121,7 @@ class TreeActions:
         survivors = [m.pid for m in result.survivors]
         (log.warning if survivors else log.info)(
             "tree_stopped", reason=why, survivors=len(survivors), survivor_pids=survivors,
-            duration_ms=result.duration_ms, signalled=result.signalled, iteration=iteration)
+            duration_ms=result.duration_ms, signalled=result.signalled, iteration=iteration,
+            refused=result.refused + (self.calls.refused if self.calls is not None else 0))
         self._metrics.tree_stopped(len(survivors))
         self._metrics.child_running(False)

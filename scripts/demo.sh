@@ -29,6 +29,8 @@ echo "== agent: $agent (a fake CLI in examples/bin)"
 echo "== ralph-supervise --no-progress 3 --cooldown 0.1 --max-opens 2 -- examples/ralph_loop.sh"
 echo
 
+# The fake agents first on PATH: the loop never reaches a real one, and the supervisor's call shims go in front.
+export PATH="$PWD/examples/bin:$PATH"
 export FAKE_AGENT_SCENARIO=progress-then-stuck FAKE_AGENT_PROGRESS_CALLS=2 FAKE_AGENT_DELAY=1 RALPH_LOOP_PAUSE=0.5
 export RALPH_LOOP_AGENT=$agent
 ralph-supervise run -w "$work" --no-progress 3 --cooldown 0.1 --max-opens 2 --no-echo --log-format console \

@@ -343,3 +343,27 @@ def test_walk_finds_exactly_the_live_descendants_parents_first(rows: list[tuple[
     assert sorted(found) == sorted(pid for pid, _, _ in rows if expected(pid))
     position = {pid: i for i, pid in enumerate(found)}
     assert all(parent[pid] == 1 or position[parent[pid]] < position[pid] for pid in found)
+
+
+def test_stop_terms_the_loops_group_first_and_kills_refused_newcomers_at_once(subreaper: Reaper, tmp_path: Path) -> None:
+    """The loop's trap runs while the work in a group of its own (GNU timeout's) still runs; a newcomer the
+    trap starts that `refuse` names (an agent call) is killed at once; the rest gets TERM at half the grace."""
+    log = tmp_path / "order"
+    script = (f"trap 'echo loop $(date +%s.%N) >> {log}; sleep 31 &' TERM; "
+              f"setsid sh -c 'trap \"echo work \\$(date +%s.%N) >> {log}; exit 0\" TERM; while :; do sleep 0.05; done' & "
+              "while :; do sleep 0.05; done")
+    leader = _start(subreaper, ["bash", "-c", script], tmp_path)
+    tree = ProcessTree(os.getpid(), subreaper)
+    wait_for_members(tree, 4)
+
+    def refuse(stat: object) -> bool:
+        try:
+            return open(f"/proc/{stat.pid}/cmdline", "rb").read() == b"sleep\x0031\x00"  # type: ignore[attr-defined]
+        except OSError:
+            return False
+
+    result = tree.stop(2.0, leader=leader, refuse=refuse)
+    assert result.survivors == ()
+    assert result.refused == 1
+    lines = dict(line.split() for line in log.read_text().splitlines())
+    assert float(lines["work"]) - float(lines["loop"]) >= 0.9, "the rest is TERMed at half the grace, not with the loop"

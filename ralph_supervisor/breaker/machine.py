@@ -242,12 +242,15 @@ class Breaker:
             return self._open(first.trigger, first.reason, now)
         return self._none()
 
-    def tick(self, now: float, *, silent_since: float | None = None) -> Decision:
+    def tick(self, now: float, *, silent_since: float | None = None, waiting_for_call: bool = False,
+             loop_errors: tuple[str, ...] = ()) -> Decision:
         """Time passes: end a cooldown, bound a trial, catch a stall.
 
         `silent_since` is when the current call went silent on every channel (no output, no file change,
         under 1 % CPU), on the same clock as `now`; None when it is not silent or no call is running.
-        Silence from before the last state change (a frozen tree is silent) does not count.
+        With `waiting_for_call`, no call is running and `silent_since` is when the last one ended (or the
+        loop started): a loop that never reaches its agent stalls too, `loop_errors` (its last error
+        lines) as evidence. Silence from before the last state change (a frozen tree is silent) does not count.
         """
         s = self._s
         t = self.thresholds
@@ -258,15 +261,19 @@ class Breaker:
             return self._none()
 
         silent_for = self._silent_for(now, silent_since)
+        if silent_for is not None and t.stall_s > 0 and silent_for >= t.stall_s:
+            if waiting_for_call:
+                reason = rules.no_call_reason(silent_for, t, loop_errors)
+            else:
+                reason = self._stall_reason(silent_for)
+            if s.state is State.CLOSED:
+                return self._open("stall", reason, now)
+            what = f"trial iteration {s.trial_iteration}" if s.trial_iteration is not None else "the resumed call"
+            return self._reopen("stall", f"{what}: {reason}", now)
         if s.state is State.CLOSED:
-            if silent_for is not None and t.stall_s > 0 and silent_for >= t.stall_s:
-                return self._open("stall", self._stall_reason(silent_for), now)
             return self._none()
 
         # HALF_OPEN
-        if silent_for is not None and t.stall_s > 0 and silent_for >= t.stall_s:
-            what = f"trial iteration {s.trial_iteration}" if s.trial_iteration is not None else "the resumed call"
-            return self._reopen("stall", f"{what}: {self._stall_reason(silent_for)}", now)
         if s.trial_started_at is not None and now - s.trial_started_at >= t.trial_timeout:
             return self._reopen(
                 s.trigger,

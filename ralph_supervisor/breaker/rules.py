@@ -234,6 +234,15 @@ def stall_reason(silent_for: float, t: Thresholds) -> str:
             "no output, no file change, no CPU")
 
 
+def no_call_reason(waited: float, t: Thresholds, loop_errors: tuple[str, ...]) -> str:
+    """The loop runs but never reaches its agent: say so, with the loop's last error lines as evidence."""
+    reason = (f"no agent call started for {seconds(waited)} (threshold {seconds(t.stall_s)}): "
+              "the loop runs but never reaches its agent")
+    if loop_errors:
+        reason += "; its last errors: " + " | ".join(one_line(line)[:160] for line in loop_errors[-3:])
+    return reason
+
+
 # -- all of them ------------------------------------------------------------------------------------
 
 

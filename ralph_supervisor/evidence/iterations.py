@@ -6,8 +6,12 @@ the stretch of output from one matching line to the next. The tracker collects w
 analysis finds for the call in progress and, when the call ends, hands back its `CallEvidence`;
 the supervisor adds the workspace delta and builds the `IterationReport`.
 
-Output read before the tracker noticed the call (the tree is sampled, not watched) is kept for a
-few seconds and claimed by the call whose process started before it was read.
+Output goes to the call that had started when it was read (the latest start before the read), not to
+the call the tracker knew of then: a call announced by its shim carries its own start time, so output read
+before the supervisor processed the announcement is still that call's. Output read before any known start
+(a sampled call is noticed late) is kept for a few seconds and claimed by the call whose process started
+before it was read. Output read after a call ended, within `SETTLE_SECONDS` and before the next call
+started (a `tee` behind the agent writes its last line late), is still the ended call's.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ MAX_TEXT_BYTES = 2 << 20
 """The tail of a call's output kept for reading its reply (the result object comes last)."""
 PENDING_SECONDS = 10.0
 PENDING_MAX_BYTES = 2 << 20
+SETTLE_SECONDS = 0.15
+"""How long after a call's end its late output (a tee, a pipe read late) is still its own."""
+LOOP_ERRORS = 5
 
 
 def _interpreter(base: str) -> bool:
@@ -92,6 +99,17 @@ class CallEvidence:
     text_bytes: int = 0
     cut_short: bool = False
     sources: set[str] = field(default_factory=set)
+    ended_wall: float | None = None
+    """When the call's process ended (None: still running)."""
+    announced_at: float | None = None
+    """When its shim announced it (exact, unlike the process start time, which the kernel keeps in ticks)."""
+
+    @property
+    def begins_at(self) -> float:
+        """The earliest time output can be this call's: its announcement, else its process start."""
+        if self.announced_at is not None:
+            return self.announced_at
+        return self.create_time if self.create_time is not None else self.started_wall
 
     def add(self, result: OutputResult) -> None:
         # Per chunk, never per line: this runs on the event loop thread, which also reads the pipes.
@@ -129,6 +147,8 @@ class IterationTracker:
         self._skip: set[tuple[int, float]] = set()
         self._closing: dict[int, CallEvidence] = {}
         """Calls that ended but whose last output may still be in analysis, by number."""
+        self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS)
+        """The last error lines of output that was no call's (the loop's own)."""
 
     @property
     def tag(self) -> int:
@@ -136,22 +156,26 @@ class IterationTracker:
         return self.current.number if self.current is not None else 0
 
     def start(self, now: float, wall: float, pid: int | None = None, create_time: float | None = None,
-              name: str = "", argv: Sequence[str] = ()) -> CallEvidence:
+              name: str = "", argv: Sequence[str] = (), announced_at: float | None = None) -> CallEvidence:
         self.number += 1
-        call = CallEvidence(self.number, now, wall, pid, create_time, name, tuple(argv))
+        call = CallEvidence(self.number, now, wall, pid, create_time, name, tuple(argv), announced_at=announced_at)
         self.current = call
-        if create_time is not None:
-            claimed = [r for r in self._pending if r.read_at >= create_time]
-            for result in claimed:
-                call.add(result)
-            self._pending.clear()
-            self._pending_bytes = 0
+        if create_time is not None or announced_at is not None:
+            kept: deque[OutputResult] = deque()
+            for result in self._pending:  # read before we knew of it, after it started: its own
+                if result.read_at >= call.begins_at:
+                    call.add(result)
+                    self._pending_bytes -= result.nbytes
+                else:
+                    kept.append(result)  # older: the last call's late words, or the loop's
+            self._pending = kept
         return call
 
-    def finish(self) -> CallEvidence | None:
+    def finish(self, ended_wall: float | None = None) -> CallEvidence | None:
         """End the call in progress; its late output still reaches it until `release`."""
         call, self.current = self.current, None
         if call is not None:
+            call.ended_wall = ended_wall
             self._closing[call.number] = call
         return call
 
@@ -164,6 +188,10 @@ class IterationTracker:
         if len(self._skip) > 1024:
             self._skip.clear()
             self._skip.add((pid, create_time))
+
+    def knows(self, pid: int, create_time: float) -> bool:
+        """Has a call begun (or been ruled out) for this process already?"""
+        return (pid, create_time) in self._skip
 
     def new_call_candidate(self, processes: Iterable[tuple[int, float, str, Sequence[str]]]) -> tuple[int, float] | None:
         """Among (pid, create_time, name, cmdline), the oldest agent call not seen before, or None."""
@@ -186,20 +214,47 @@ class IterationTracker:
             if target is not None:
                 target.add(result)
             return
-        closing = self._closing.get(result.tag) if result.tag else None
-        if closing is not None:
-            closing.add(result)
-            return
-        call = self.current
-        if call is not None and (result.tag == call.number or (result.tag == 0 and call.create_time is not None
-                                                                and result.read_at >= call.create_time)):
+        call = self._owner(result)
+        if call is not None:
             call.add(result)
-        elif result.tag == 0:
-            self._pending.append(result)
-            self._pending_bytes += result.nbytes
-            while self._pending and (self._pending_bytes > PENDING_MAX_BYTES
-                                     or self._pending[0].read_at < wall - PENDING_SECONDS):
-                self._pending_bytes -= self._pending.popleft().nbytes
+            return
+        # Read while no call ran: the loop's own output, or a call's whose start is not processed yet (it
+        # claims it when it starts), or the last call's late words (it claims them when it reports).
+        self.loop_errors.extend(result.errors)
+        self._pending.append(result)
+        self._pending_bytes += result.nbytes
+        while self._pending and (self._pending_bytes > PENDING_MAX_BYTES
+                                 or self._pending[0].read_at < wall - PENDING_SECONDS):
+            self._pending_bytes -= self._pending.popleft().nbytes
+
+    def _owner(self, result: OutputResult) -> CallEvidence | None:
+        """The call that was running when this output was read (the latest start before the read)."""
+        best: CallEvidence | None = None
+        for call in (*self._closing.values(), self.current):
+            if call is None or call.begins_at > result.read_at:
+                continue
+            if call.ended_wall is not None and result.read_at > call.ended_wall:
+                continue
+            if best is None or call.begins_at >= best.begins_at:
+                best = call
+        return best
+
+    def claim_late_output(self, call: CallEvidence) -> None:
+        """The output read within SETTLE_SECONDS after `call` ended, before the next call began, is its own
+        (a `tee` behind the agent writes its last line late; the pipe was read late). Call this when its
+        settle time is over."""
+        if call.ended_wall is None:
+            return
+        until = call.ended_wall + SETTLE_SECONDS
+        nxt = self.current.begins_at if self.current is not None and self.current is not call else None
+        kept: deque[OutputResult] = deque()
+        for result in self._pending:
+            if call.begins_at <= result.read_at <= until and (nxt is None or result.read_at < nxt):
+                call.add(result)
+                self._pending_bytes -= result.nbytes
+            else:
+                kept.append(result)
+        self._pending = kept
 
 
 def marker_pieces(block: bytes, text: str, marker: re.Pattern[str]) -> list[tuple[bytes, str, bool]]:
@@ -230,10 +285,13 @@ def build_report(
     timed_out: bool = False,
     exit_status: int | None = None,
     returned_to: int | None = None,
+    killed_by: int | None = None,
 ) -> IterationReport:
     """Combine a call's evidence, its workspace delta and its parsed agent output into the report."""
     reply = getattr(agent, "reply", None)
-    failed = bool(getattr(agent, "failed", False)) or timed_out
+    failed = bool(getattr(agent, "failed", False)) or timed_out or killed_by is not None
+    if exit_status not in (None, 0) and call.output_bytes == 0:
+        failed = True  # it said nothing and exited non-zero: no result, whatever its format
     usage_limited = bool(getattr(agent, "usage_limited", False))
     if usage_limited:
         failed = False
@@ -255,6 +313,7 @@ def build_report(
         cost_usd=None if cost is None else float(cost),
         agent=str(getattr(agent, "agent", "") or ""),
         exit_status=exit_status,
+        killed_by=killed_by,
         failed=failed,
         timed_out=timed_out,
         usage_limited=usage_limited,

@@ -267,7 +267,7 @@ class OutputTap:
         self._open[fd] = source
         loop.add_reader(fd, self._readable, fd)
 
-    def _readable(self, fd: int) -> None:
+    def _readable(self, fd: int, written_by: float | None = None) -> None:
         source = self._open.get(fd)
         if source is None:
             return
@@ -288,9 +288,17 @@ class OutputTap:
         self.log.write(data)
         if self.echo is not None:
             self.echo(data)
-        self.last_seq = self.queue.submit(Chunk(source, data, self._tag(), time.time()))
+        read_at = time.time() if written_by is None else min(time.time(), written_by)
+        self.last_seq = self.queue.submit(Chunk(source, data, self._tag(), read_at))
         if self._on_bytes is not None:
             self._on_bytes(len(data))
+
+    def read_now(self, written_by: float | None = None) -> None:
+        """Read what each pipe holds right now (an agent call just ended: its last words are in there).
+        `written_by`: what is read was written by then (an agent call was announced at that time, and
+        what waits in the pipe was written before it), so the chunks carry that time instead of now."""
+        for fd in list(self._open):
+            self._readable(fd, written_by)
 
     def _close(self, fd: int, source: str) -> None:
         loop = asyncio.get_running_loop()

@@ -26,6 +26,14 @@ Definitions (the breaker relies on them):
   HEAD, a checkout). Remote-tracking refs, the stash and notes do not count: a fetch is not the agent's
   work, and a push only follows a commit already counted. Worktrees (`.git` is a file) are followed
   through `gitdir:` and `commondir`; a reftable repository is read with `git` when it is installed.
+
+Segments: the run is cut into segments, each either one agent call (a key) or the gap between calls. A
+change belongs to the segment open when its event is handled. A call's segment opens either after a sync
+(`begin_iteration`) or, for calls announced by a shim, on the watcher thread at the shim's notice
+(`watch_calls`: the notice's event sits in the same inotify queue as the agent's file events, so its first
+write lands in its own segment). It closes at its end (a barrier in the same queue) or when the next call
+opens, whichever comes first, so a call that starts before the previous one's end was processed still
+gets exactly its own changes. What changed in a gap is handed to `on_gap`: it is no call's progress.
 """
 
 from __future__ import annotations
@@ -120,6 +128,33 @@ class WorkspaceDelta:
 
 
 # --------------------------------------------------------------------------------------------- git
+
+
+@dataclass
+class _Segment:
+    """One call (key) or one gap between calls (key None): the paths it touched with their states at its
+    start, and, once closed, their states and the refs at its end."""
+
+    key: str | None
+    refs: GitRefs
+    touched: dict[str, bytes | None] = field(default_factory=dict)
+    events_lost: bool = False
+    after: dict[str, bytes | None] | None = None
+    refs_after: GitRefs | None = None
+    fingerprint: int = 0
+    """The whole workspace's state when the segment closed."""
+
+    def delta(self) -> WorkspaceDelta:
+        after = self.after or {}
+        refs_after = self.refs_after or self.refs
+        changed = sorted(path for path, begin in self.touched.items() if begin is None or after.get(path) != begin)
+        return WorkspaceDelta(files_changed=len(changed), paths=tuple(changed[:PATH_SAMPLE]),
+                              commits=count_commits(self.refs, refs_after), head_before=self.refs.head,
+                              head_after=refs_after.head, events_lost=self.events_lost, fingerprint=self.fingerprint)
+
+
+CLOSED_SEGMENTS = 64
+"""Closed call segments kept for their `end_iteration` (a caller that never asks does not grow us)."""
 
 
 @dataclass(frozen=True)
@@ -338,13 +373,18 @@ class Workspace:
         self._known: dict[str, bytes] = {}
         self._absent: set[str] = set()
         """Paths recorded ABSENT: forgotten at the next iteration so `_known` does not grow with churn."""
-        self._touched: dict[str, bytes | None] = {}
+        self._segment = _Segment(None, GitRefs())
+        self._closed: dict[str, _Segment] = {}
+        self.on_gap: Callable[[WorkspaceDelta], None] | None = None
+        """Told what changed between two calls (on the thread that closed the gap)."""
+        self._calls_dir: Path | None = None
+        self._calls_wd: int | None = None
+        self._on_notice: Callable[[str], str | None] | None = None
+        self._at_barrier: dict[int, Callable[[], None]] = {}
         self._last_hashed: dict[str, float] = {}
         self._stale: set[str] = set()
         self._changes: deque[float] = deque(maxlen=CHANGE_HISTORY)
-        self._events_lost = False
         self._fingerprint = Fingerprint()
-        self._refs_before = GitRefs()
         self._started = False
         self._stopped = False
         self._watch_began_ns = 0
@@ -410,7 +450,8 @@ class Workspace:
         else:
             self._start_polling()
             log.info("watcher_started", mode="polling", root=str(self.root), reason="forced")
-        self.begin_iteration()
+        self._sync()
+        self._open_segment(None)
         self._prime_thread = threading.Thread(target=self._prime, name="workspace-prime", daemon=True)
         self._prime_thread.start()
 
@@ -442,42 +483,55 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def begin_iteration(self) -> None:
-        """Start a new iteration: earlier events are settled first and do not leak into it."""
+    def begin_iteration(self, key: str = "") -> None:
+        """Start a new iteration (segment `key`): earlier events are settled first and do not leak into it."""
         self._sync()
-        refs = read_git_refs(self.root)
-        with self._lock:
-            self._touched = {}
-            self._events_lost = False
-            self._refs_before = refs
-            for path in self._absent:  # a path that comes back announces itself with a create event
-                if self._known.get(path) == ABSENT:
-                    del self._known[path]
-            self._absent.clear()
-            self._last_hashed.clear()
+        self._open_segment(key)
 
-    def end_iteration(self) -> WorkspaceDelta:
-        """What changed since `begin_iteration` (files: net change of state; commits: refs moved)."""
-        self._sync()
-        for path in self._take_stale():
-            self._evaluate(path)
-        refs = read_git_refs(self.root)
+    def end_iteration(self, key: str = "") -> WorkspaceDelta:
+        """What changed in segment `key` (files: net change of state; commits: refs moved). A segment that
+        is still open closes here, at this point of the event queue; one that never opened is empty."""
+        self._sync(then=lambda: self._close_segment(key))
         with self._lock:
-            changed = sorted(
-                path
-                for path, begin in self._touched.items()
-                if begin is None or self._known.get(path) != begin
-            )
-            delta = WorkspaceDelta(
-                files_changed=len(changed),
-                paths=tuple(changed[:PATH_SAMPLE]),
-                commits=count_commits(self._refs_before, refs),
-                head_before=self._refs_before.head,
-                head_after=refs.head,
-                events_lost=self._events_lost,
-                fingerprint=self._fingerprint.value,
-            )
-        return delta
+            segment = self._closed.pop(key, None)
+        if segment is None:
+            with self._lock:
+                return WorkspaceDelta(0, (), 0, "", "", fingerprint=self._fingerprint.value)
+        return segment.delta()
+
+    def close_gap(self) -> None:
+        """The run is over: what changed since the last call ended goes to `on_gap` now."""
+        self._sync()
+        with self._lock:
+            in_gap = self._segment.key is None
+        if in_gap:
+            self._open_segment(None)
+
+    @property
+    def watching_calls(self) -> bool:
+        """Notices are read in our inotify queue (False after a fall back to polling)."""
+        return self._calls_wd is not None and self._mode == "inotify"
+
+    def watch_calls(self, directory: Path, on_notice: Callable[[str], str | None]) -> bool:
+        """Watch a shim notice folder in our own inotify queue. For each notice written there,
+        `on_notice(file name)` runs on the watcher thread, before any later event is handled; when it
+        returns a key, that call's segment opens right there. False in polling mode (the caller then
+        reads the folder itself and calls `begin_iteration`)."""
+        fd = self._fd
+        if self._mode != "inotify" or fd is None:
+            return False
+        from watchdog.observers.inotify_c import InotifyConstants as C
+
+        self._on_notice = on_notice
+        try:
+            self._calls_wd = fd.add_callback(os.fsencode(directory), C.IN_CLOSE_WRITE | C.IN_ONLYDIR,  # type: ignore[attr-defined]
+                                             self._callbacks, 0)
+        except OSError as exc:
+            log.warning("watcher_calls_unwatched", directory=str(directory), error=str(exc))
+            self._on_notice = None
+            return False
+        self._calls_dir = Path(directory)
+        return True
 
     def changes_since(self, t: float) -> int:
         """How many changes were recorded after monotonic time `t` (bounded by the kept history)."""
@@ -488,6 +542,58 @@ class Workspace:
                     break
                 count += 1
         return count
+
+    # ---------------------------------------------------------------- segments
+
+    def _open_segment(self, key: str | None) -> None:
+        """Close the open segment (a gap is handed to `on_gap`) and open `key`'s."""
+        refs = read_git_refs(self.root)
+        gap = self._close_open(refs)
+        with self._lock:
+            if key is not None:
+                self._closed.pop(key, None)  # a key used again (a recycled pid) starts afresh
+            self._segment = _Segment(key, refs)
+            for path in self._absent:  # a path that comes back announces itself with a create event
+                if self._known.get(path) == ABSENT:
+                    del self._known[path]
+            self._absent.clear()
+            self._last_hashed.clear()
+        if gap is not None and self.on_gap is not None and (gap.files_changed or gap.commits):
+            try:
+                self.on_gap(gap)
+            except Exception as exc:  # the callback is the supervisor's; never let it kill the watcher
+                log.warning("watcher_callback_failed", error=repr(exc))
+
+    def _close_segment(self, key: str) -> None:
+        """Close `key`'s segment if it is still the open one (else a later call already closed it); a gap opens."""
+        with self._lock:
+            if self._segment.key != key:
+                return
+        self._open_segment(None)
+
+    def _close_open(self, refs: GitRefs) -> WorkspaceDelta | None:
+        """Settle the open segment's files and keep it for `end_iteration`; return a gap's delta."""
+        for path in self._take_stale():
+            self._evaluate(path)
+        with self._lock:
+            segment = self._segment
+            segment.after = {path: self._known.get(path) for path in segment.touched}
+            segment.refs_after = refs
+            segment.fingerprint = self._fingerprint.value
+            if segment.key is None:
+                return segment.delta()
+            self._closed[segment.key] = segment
+            while len(self._closed) > CLOSED_SEGMENTS:
+                del self._closed[next(iter(self._closed))]
+        return None
+
+    def _on_call_notice(self, name: str) -> None:
+        callback = self._on_notice
+        if callback is None or not name or name.startswith("."):
+            return
+        key = callback(name)
+        if key is not None:
+            self._open_segment(key)
 
     # ---------------------------------------------------------------- recording
 
@@ -500,8 +606,9 @@ class Workspace:
             prev = self._known.get(path)
             if prev is None and created:
                 prev = ABSENT
-            if path not in self._touched:
-                self._touched[path] = prev
+            touched = self._segment.touched
+            if path not in touched:
+                touched[path] = prev
             if prev is not None and prev == state:
                 return
             self._fingerprint.change(path, prev, state)
@@ -530,7 +637,7 @@ class Workspace:
     def _forget_under(self, top: str) -> None:
         """A directory turned out to be ignored (a new venv): nothing under it is progress."""
         with self._lock:
-            for table in (self._touched, self._known):
+            for table in (self._segment.touched, self._known):
                 for path in [p for p in table if _under(p, top)]:
                     del table[path]
             self._stale = {p for p in self._stale if not _under(p, top)}
@@ -706,7 +813,7 @@ class Workspace:
         """The kernel dropped events: say so, and re-walk so new directories get their watches."""
         log.warning("watcher_overflow", root=str(self.root))
         with self._lock:
-            self._events_lost = True
+            self._segment.events_lost = True
         try:
             for _d, _e in self._walk("", self._add_watch):
                 pass
@@ -729,9 +836,11 @@ class Workspace:
         name = os.fsdecode(event.name)  # type: ignore[attr-defined]
         if wd == self._barrier_wd:
             if name.startswith("b") and name[1:].isdigit():
-                with self._barrier_cond:
-                    self._barrier_seen = max(self._barrier_seen, int(name[1:]))
-                    self._barrier_cond.notify_all()
+                self._barrier_reached(int(name[1:]))
+            return
+        if wd == self._calls_wd and wd is not None:
+            if event.is_close_write:  # type: ignore[attr-defined]
+                self._on_call_notice(name)
             return
         with self._lock:
             directory = self._wd_dir.get(wd)
@@ -787,26 +896,62 @@ class Workspace:
                 if not rules.is_ignored_entry(directory, entry.name, is_dir=False):
                     self._evaluate(_join(directory, entry.name), created=True)
 
-    def _sync(self) -> None:
-        """Wait until every event the kernel queued before now has been handled (a barrier file)."""
-        if self._mode == "polling":
-            if self._started and not self._stopped:
+    def _sync(self, then: Callable[[], None] | None = None) -> None:
+        """Wait until every event the kernel queued before now has been handled (a barrier file).
+        `then` runs exactly once right at the barrier, on the watcher thread, before any later event
+        (or here, after a timeout, in polling mode, or when inotify is gone)."""
+        if self._mode == "polling" or self._fd is None or self._barrier_dir is None:
+            if self._mode == "polling" and self._started and not self._stopped:
                 self._scan()
+            if then is not None:
+                then()
             return
-        if self._fd is None or self._barrier_dir is None:
-            return
-        with self._sync_lock:
+        target = self._barrier(then)
+        if target is not None:
+            with self._barrier_cond:
+                self._barrier_cond.wait_for(lambda: self._barrier_seen >= target or self._mode != "inotify",
+                                            SYNC_TIMEOUT_S)
+        with self._barrier_cond:
+            late = self._at_barrier.pop(target, None) if target is not None else then
+        if late is not None:
+            late()
+
+    def _barrier(self, then: Callable[[], None] | None) -> int | None:
+        """Put barrier number N into the event queue now (`then` runs when the watcher reaches it)."""
+        barrier_dir = self._barrier_dir
+        if barrier_dir is None:
+            return None
+        with self._sync_lock:  # numbers enter the queue in order: reaching N means every earlier one passed
             with self._barrier_cond:
                 self._barrier_sent += 1
                 target = self._barrier_sent
-            marker = self._barrier_dir / f"b{target}"
+                if then is not None:
+                    self._at_barrier[target] = then
+            marker = barrier_dir / f"b{target}"
             try:
                 marker.touch()
                 marker.unlink()
             except OSError:
-                return
-            with self._barrier_cond:
-                self._barrier_cond.wait_for(lambda: self._barrier_seen >= target or self._mode != "inotify", SYNC_TIMEOUT_S)
+                pass  # the waiter times out and runs `then` itself
+        return target
+
+    def mark_call_end(self, key: str) -> None:
+        """Call `key` just ended: its segment closes at this point of the event queue. Does not wait
+        (call it the moment the end is known: what the loop writes next is no longer the call's)."""
+        if self._mode == "inotify" and self._fd is not None:
+            self._barrier(lambda: self._close_segment(key))
+
+    def _barrier_reached(self, number: int) -> None:
+        with self._barrier_cond:
+            due = [self._at_barrier.pop(n) for n in sorted(self._at_barrier) if n <= number]
+        for then in due:
+            try:
+                then()
+            except Exception as exc:  # noqa: BLE001 - never kill the reader thread
+                log.warning("watcher_barrier_failed", error=repr(exc))
+        with self._barrier_cond:
+            self._barrier_seen = max(self._barrier_seen, number)
+            self._barrier_cond.notify_all()
 
     def _close_inotify(self) -> None:
         fd = self._fd
@@ -827,6 +972,7 @@ class Workspace:
             self._wd_dir.clear()
             self._dir_wd.clear()
         self._barrier_wd = None
+        self._calls_wd = None
 
     # ---------------------------------------------------------------- fallback and polling mode
 
@@ -852,7 +998,7 @@ class Workspace:
         self._start_polling(watched)
         if watched is not None:  # mid-run: events still queued in the closed instance are lost
             with self._lock:
-                self._events_lost = True
+                self._segment.events_lost = True
 
     def _fall_back_async(self, exc: BaseException) -> None:
         """From the inotify thread itself: switch in another thread (it stops and joins this one)."""

@@ -18,6 +18,7 @@ import ctypes.util
 import errno
 import os
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -291,3 +292,70 @@ def boot_id() -> str:
             return fh.read().strip()
     except OSError:
         return ""
+
+
+PIDFD_INFO_EXIT = 1 << 3
+PIDFD_INFO_SIZE_VER0 = 64
+PIDFD_GET_INFO = (3 << 30) | (PIDFD_INFO_SIZE_VER0 << 16) | (0xFF << 8) | 11
+"""_IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info) with the 64-byte first version of the struct
+(include/uapi/linux/pidfd.h, Linux 6.13+; the kernel reads the size from the request, so the first
+version is accepted by every later kernel). `exit_code` sits at offset 60 (Linux 6.15+)."""
+_EXIT_CODE_OFFSET = 60
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd for `pid` (readable once it exits), or None when it is gone or pidfds are unsupported."""
+    return _pidfd_open(pid)
+
+
+def pidfd_wait_status(fd: int) -> int | None:
+    """The wait status (as waitpid gives it) of the exited process behind a pidfd, or None.
+
+    Linux 6.15+ keeps it for every pidfd holder once the process is reaped (PIDFD_INFO_EXIT), so a
+    process that is not our child tells its exit code too. Before the reap, or on older kernels: None.
+    """
+    import fcntl
+    import struct
+
+    buf = bytearray(PIDFD_INFO_SIZE_VER0)
+    struct.pack_into("Q", buf, 0, PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(fd, PIDFD_GET_INFO, buf, True)
+    except OSError:  # ENOTTY/EINVAL before 6.13, ESRCH: reaped and no exit info kept
+        return None
+    (mask,) = struct.unpack_from("Q", buf, 0)
+    if not mask & PIDFD_INFO_EXIT:
+        return None
+    (status,) = struct.unpack_from("i", buf, _EXIT_CODE_OFFSET)
+    return status
+
+
+def zombie_wait_status(pid: int, start_ticks: int) -> int | None:
+    """The wait status of an exited, not yet reaped process (field 52 of /proc/PID/stat), or None."""
+    raw = _read_raw_stat(pid)
+    if not raw:
+        return None
+    try:
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        if fields[0] not in (b"Z", b"X") or int(fields[19]) != start_ticks or len(fields) < 50:
+            return None
+        return int(fields[49])
+    except (ValueError, IndexError):
+        return None
+
+
+def describe_wait_status(status: int | None) -> tuple[int | None, int | None]:
+    """(exit code, signal) from a wait status: one of them is set, or both None when unknown. Pure."""
+    if status is None:
+        return None, None
+    if status & 0x7F == 0:
+        return (status >> 8) & 0xFF, None
+    if status & 0x7F != 0x7F:
+        return None, status & 0x7F
+    return None, None
+
+
+def process_age(start_ticks: int) -> float:
+    """Seconds since a process started, on the kernel's own clock (boot time in ticks): unlike
+    `create_time`, free of the wall clock's steps and of the boot time's whole-second rounding."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / CLOCK_TICKS

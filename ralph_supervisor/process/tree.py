@@ -58,6 +58,8 @@ class StopResult:
     duration_ms: int
     signalled: int
     """Distinct processes that received TERM or KILL."""
+    refused: int = 0
+    """Agent calls that started during the stop and were killed at once."""
 
 
 @dataclass(frozen=True)
@@ -202,16 +204,35 @@ class ProcessTree:
         """Signal one member if, and only if, its pid still names the same process."""
         return signal_if_same(member.pid, create_time_to_ticks(member.create_time), sig)
 
-    def stop(self, grace: float) -> StopResult:
-        """TERM everything, wait up to `grace` (reaping, TERMing newcomers), KILL the rest, re-scan
-        until nothing is left (bounded by kill_timeout), report."""
+    def stop(self, grace: float, *, leader: int | None = None,
+             refuse: Callable[[ProcStat], bool] | None = None) -> StopResult:
+        """Stop the tree in the loop's order, the way a terminal's Ctrl-C and systemd's KillMode=mixed do:
+
+        1. TERM the process group of `leader` (the loop: a session and group leader), so its trap runs
+           first; GNU `timeout` keeps an agent call in a group of its own, out of reach of this;
+        2. once the leader has exited or half the grace has passed, TERM everything left;
+        3. KILL at the grace, then re-scan until nothing is left (bounded by kill_timeout).
+
+        Newcomers are TERMed in phase 2 and after; a newcomer for which `refuse(stat)` is true (an agent
+        call starting while we stop) is KILLed at once, in any phase. Without `leader` phase 2 starts at
+        once (everything is TERMed together)."""
         started = time.monotonic()
         self._kill_requested.clear()
         signalled: set[tuple[int, int]] = set()
+        refused: set[tuple[int, int]] = set()
+        seen: set[tuple[int, int]] = set()
         stats = self._scan_stats()
-        self._term(stats, signalled, wake=self._paused)
-        self._paused = False
+        seen.update((s.pid, s.start_ticks) for s in stats)
         deadline = started + grace
+        wake = self._paused
+        head = next((s for s in stats if s.pid == leader), None) if leader is not None else None
+        everyone = head is None
+        if head is not None:
+            self._term([s for s in stats if s.pgid == head.pgid], signalled, wake=wake)
+        else:
+            self._term(stats, signalled, wake=wake)
+        self._paused = False
+        half = started + grace / 2
         pause_s = 0.005
         while stats:
             remaining = deadline - time.monotonic()
@@ -220,9 +241,20 @@ class ProcessTree:
             pause_s = min(pause_s * 2, 0.05)
             self._reaper.reap()
             stats = self._scan_stats()
-            fresh = [s for s in stats if (s.pid, s.start_ticks) not in signalled]
-            if fresh:
-                self._term(fresh, signalled, wake=False)
+            fresh = [s for s in stats if (s.pid, s.start_ticks) not in seen]
+            seen.update((s.pid, s.start_ticks) for s in fresh)
+            if refuse is not None:
+                for stat in fresh:
+                    if refuse(stat) and signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
+                        refused.add((stat.pid, stat.start_ticks))
+                        signalled.add((stat.pid, stat.start_ticks))
+            if not everyone and (time.monotonic() >= half or not any(s.pid == leader for s in stats)):
+                everyone = True
+                pause_s = 0.005
+            if everyone:
+                rest = [s for s in stats if (s.pid, s.start_ticks) not in signalled]
+                if rest:
+                    self._term(rest, signalled, wake=wake)
         survivors: list[ProcStat] = []
         if stats:
             survivors = self._kill_until_empty(signalled)
@@ -232,6 +264,7 @@ class ProcessTree:
             survivors=tuple(member_of(s) for s in survivors),
             duration_ms=int((time.monotonic() - started) * 1000),
             signalled=len(signalled),
+            refused=len(refused),
         )
 
     def kill_now(self) -> StopResult:

@@ -79,6 +79,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
 
 
 def loop_env(scenario: str, **extra: str) -> dict[str, str]:
-    env = {"FAKE_CLAUDE_SCENARIO": scenario, "RALPH_LOOP_PAUSE": "0.2", "FAKE_CLAUDE_DELAY": "0.5"}
+    """The fake agent's scenario, short pauses, and examples/bin on PATH (the supervisor's shims go before it)."""
+    env = {"FAKE_CLAUDE_SCENARIO": scenario, "RALPH_LOOP_PAUSE": "0.2", "FAKE_CLAUDE_DELAY": "0.5",
+           "PATH": f"{EXAMPLES / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     env.update(extra)
     return env

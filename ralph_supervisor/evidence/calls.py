@@ -1,0 +1,664 @@
+"""Agent calls: when each one starts and ends, observed where the system lets us, sampled where not.
+
+Two ways to see a call:
+
+- **Announced** (exact): a shim on the child's `PATH` (see `shims.py`) writes a notice and `exec`s the real
+  agent. The notice is read on the workspace watcher's thread, in the same inotify queue as the agent's
+  file events, so the call's workspace segment opens before its first write; a pidfd on the agent's pid
+  tells its end the moment it exits, and the kernel keeps its wait status for us (PIDFD_INFO_EXIT, Linux
+  6.15+; before that, the zombie's /proc/PID/stat while its parent has not reaped it).
+- **Sampled** (fallback): an agent started by absolute path, under another name, by a loop that replaced
+  `PATH`, or with no shims at all: the tree is sampled on each tick and a new agent process begins a call;
+  a pidfd still tells its end. A process named like a shimmed agent gets a moment for its notice first.
+
+While a stop is decided or the tree is frozen (`hold`), every shim refuses (exit 143) and any agent process
+that still appears is killed at once; both count as refused.
+
+Usage (the supervisor's wiring):
+
+    calls = CallWatcher(tracker, workspace, pool, settings.iteration_process, hooks)
+    env = calls.prepare(state_dir, env)      # shims first on PATH (or the sampler alone, with a warning)
+    calls.start()                            # after workspace.start(), on the event loop
+    calls.sample(stats, now)                 # each tick
+    calls.hold("stop"); ...; calls.release()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report, is_agent_call
+from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read_notice
+from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.process.linux import (
+    ProcStat,
+    describe_wait_status,
+    open_pidfd,
+    pidfd_wait_status,
+    process_age,
+    read_stat,
+    signal_if_same,
+    zombie_wait_status,
+)
+
+log = structlog.get_logger(__name__)
+
+ANNOUNCED_KEPT = 256
+STRAY_NOTICE_SECONDS = 1.0
+"""A notice the watcher thread has not taken after this long is read by the tick (a lost event)."""
+IDENTITY_CACHE = 4096
+
+
+@dataclass(frozen=True)
+class CallHooks:
+    """What the supervisor does around each call."""
+
+    started: Callable[[CallEvidence, float], None]
+    """A call began (wall time): log it, tell the breaker."""
+    build: Callable[..., IterationReport]
+    """`build(call, ended, delta, exit_status=, killed_by=, timed_out=)`: the finished call's report (its
+    output read by its agent's adapter)."""
+    report: Callable[[IterationReport, float], Awaitable[None]]
+    """A call's report, in call order, to judge."""
+    settle_output: Callable[[], Awaitable[None]]
+    """Read what the pipes and tailed files hold now and wait until the analysis has seen it."""
+    read_output: Callable[[float], None]
+    """Read what the pipes hold now, as written by the given time (a call was announced then)."""
+
+
+@dataclass
+class _Running:
+    """What we hold on one call's process: made when its notice is read (or the sampler finds it), before
+    the event loop begins the call, so that its exit is marked in the workspace queue the moment it happens."""
+
+    key: str
+    start_ticks: int | None
+    fd: int | None
+    parent: str
+    """The name of the process that started it (`timeout`: a signal death is a timeout)."""
+    call: CallEvidence | None = None
+    exited: bool = False
+    """The exits thread saw it exit (and marked its end)."""
+    exited_at: float | None = None
+    """When it saw that (wall clock): output read later is not the call's while it ran."""
+
+
+class _Exits:
+    """A thread waiting on the calls' pidfds. The moment a call exits, `on_exit(item)` runs here, not
+    after whatever the event loop is busy with: what the loop writes right after its agent exited (a
+    `cp`, a `git commit`) must land after the call's end in the workspace's event queue."""
+
+    def __init__(self, on_exit: Callable[[Any], None]) -> None:
+        self._on_exit = on_exit
+        self._poll = select.epoll()
+        self._wake_r, self._wake_w = os.pipe()
+        self._poll.register(self._wake_r, select.EPOLLIN)
+        self._items: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="ralph-call-exits", daemon=True)
+        self._thread.start()
+
+    def watch(self, fd: int, item: Any) -> None:
+        with self._lock:
+            self._items[fd] = item
+            self._poll.register(fd, select.EPOLLIN)
+
+    def forget(self, fd: int) -> None:
+        with self._lock:
+            if self._items.pop(fd, None) is not None:
+                try:
+                    self._poll.unregister(fd)
+                except OSError:
+                    pass
+
+    def _run(self) -> None:
+        while True:
+            try:
+                ready = self._poll.poll()
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):
+                return
+            for fd, _mask in ready:
+                if fd == self._wake_r:
+                    return
+                with self._lock:
+                    item = self._items.pop(fd, None)
+                    if item is not None:
+                        self._poll.unregister(fd)
+                if item is not None:
+                    try:
+                        self._on_exit(item)
+                    except Exception as exc:  # noqa: BLE001 - never kill the thread
+                        log.warning("call_exit_failed", error=repr(exc))
+
+    def close(self) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join(timeout=5)
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        self._poll.close()
+
+
+class CallWatcher:
+    """Knows when agent calls start and end, and feeds the tracker. Lives on the event loop."""
+
+    def __init__(self, tracker: IterationTracker, workspace: Any, pool: concurrent.futures.Executor,
+                 names: Sequence[str], hooks: CallHooks) -> None:
+        self.tracker = tracker
+        self.workspace = workspace
+        self.pool = pool
+        self.names = tuple(names)
+        self.hooks = hooks
+        self.shims: ShimDir | None = None
+        self.refused = 0
+        """Calls refused since the last `hold` (shims that exited 143, agents killed at once)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running: _Running | None = None
+        self._finishing: asyncio.Future[None] | None = None
+        self._settle: asyncio.Event | None = None
+        self._holding: str | None = None
+        self._allowed: set[tuple[int, float]] = set()
+        self._cut_short: set[tuple[int, float]] = set()
+        self._identities: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...]]] = {}
+        self._idle_since = time.time()
+        self._last_usage_limited = False
+        self._exits: _Exits | None = None
+        self._announced: dict[int, float] = {}
+        """pid -> announcement time of the notices read lately (the sampler leaves those processes alone)."""
+
+    # ------------------------------------------------------------------ set-up
+
+    def prepare(self, state_dir: Path, env: dict[str, str]) -> dict[str, str]:
+        """Install the shims and return the child's environment with them first on PATH. A shim folder
+        that cannot be made (a read-only state folder) leaves the sampler alone, with one warning."""
+        if self.tracker.marker is not None:
+            return env
+        try:
+            self.shims = install_shims(state_dir / "shims", self.names)
+        except (OSError, ValueError) as exc:
+            log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
+            self.shims = None
+            return env
+        return {**env, "PATH": self.shims.path_for(env.get("PATH"))}
+
+    def start(self) -> None:
+        """Read notices in the workspace watcher's queue (or by polling, each tick)."""
+        self._loop = asyncio.get_running_loop()
+        self._exits = _Exits(self._exited_threadsafe)
+        self.workspace.on_gap = self._gap_threadsafe
+        if self.shims is not None and not self.workspace.watch_calls(self.shims.calls, self._notice_on_watcher):
+            log.info("call_notices_polled", reason="the workspace is watched by polling")
+
+    def child_started(self, wall: float) -> None:
+        self._idle_since = wall
+
+    def close(self) -> None:
+        running, self._running = self._running, None
+        if running is not None:
+            self._drop_fd(running)
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
+        if self.shims is not None:
+            self.shims.remove()
+
+    # ------------------------------------------------------------------ notices
+
+    def _notice_on_watcher(self, name: str) -> str | None:
+        """Watcher thread, in queue order: take a notice; its key when a call's segment opens here."""
+        shims = self.shims
+        if shims is None or self._loop is None:
+            return None
+        if name.isdigit():  # before the file goes: the sampler must see one or the other
+            self._note_announced(int(name), time.time())
+        notice = read_notice(shims.calls / name)
+        if notice is None:
+            return None
+        real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
+        stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
+        if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
+            self._let_go(running)
+            return None
+        return running.key if running is not None else None
+
+    def _hold_process(self, notice: Notice, key: str) -> tuple[ProcStat | None, _Running]:
+        """Any thread: the announced process (if it is still the one that wrote the notice) and a pidfd
+        on it, watched by the exits thread from now on."""
+        fd = open_pidfd(notice.pid)
+        stat = read_stat(notice.pid)
+        if stat is not None and notice.at is not None and process_age(stat.start_ticks) < time.time() - notice.at - 0.05:
+            stat = None  # younger than its own notice: the pid was recycled, the call itself is long gone
+        if stat is None and fd is not None:
+            os.close(fd)
+            fd = None
+        parent = read_stat(stat.ppid) if stat is not None else None
+        running = _Running(key, stat.start_ticks if stat else None, fd, parent.name if parent is not None else "")
+        if fd is not None and self._exits is not None:
+            self._exits.watch(fd, running)
+        elif fd is None:  # over and reaped already: its end lies in what the queue holds now, so close there
+            running.exited_at = time.time()
+            running.exited = True
+            self.workspace.mark_call_end(key)
+        return stat, running
+
+    def _note_announced(self, pid: int, at: float) -> None:
+        self._announced[pid] = at
+        if len(self._announced) > ANNOUNCED_KEPT:
+            del self._announced[next(iter(self._announced))]
+
+    def _announced_process(self, stat: ProcStat) -> bool:
+        """Did a shim announce this process? Its notice was written before the exec that gave it its name,
+        so it is either still in the folder or already read."""
+        shims = self.shims
+        if shims is None:
+            return False
+        if os.path.exists(shims.calls / str(stat.pid)):
+            return True
+        at = self._announced.get(stat.pid)
+        return at is not None and at >= time.time() - process_age(stat.start_ticks) - 0.05
+
+    def _under_announced(self, stat: ProcStat, by_pid: dict[int, ProcStat]) -> bool:
+        """This process or one of its ancestors was announced (a forked subshell of an agent script
+        carries the agent's name and command line)."""
+        seen = 0
+        current: ProcStat | None = stat
+        while current is not None and seen < 64:
+            if self._announced_process(current):
+                return True
+            current = by_pid.get(current.ppid)
+            seen += 1
+        return False
+
+    def _let_go(self, running: _Running | None) -> None:
+        if running is not None:
+            self._drop_fd(running)
+
+    def poll_notices(self, now: float) -> None:
+        """Tick: notices no watcher thread took (polling mode, or an event lost in an overflow)."""
+        shims = self.shims
+        if shims is None:
+            return
+        watched = self.workspace.watching_calls
+        try:
+            entries = list(os.scandir(shims.calls))
+        except OSError:
+            return
+        for entry in sorted(entries, key=lambda e: e.name):
+            if watched:
+                try:
+                    if now - entry.stat().st_mtime < STRAY_NOTICE_SECONDS:
+                        continue
+                except OSError:
+                    continue
+            if entry.name.isdigit():
+                self._note_announced(int(entry.name), time.time())
+            notice = read_notice(Path(entry.path))
+            if notice is not None:
+                real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
+                stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
+                self._notice_arrived(notice, stat, running, False)
+
+    def _notice_arrived(self, notice: Notice, stat: ProcStat | None, held: _Running | None, queued: bool) -> None:
+        """Event loop: act on one notice (`queued`: its workspace segment is already open in the queue)."""
+        if notice.kind == "refused":
+            self.refused += 1
+            log.info("agent_call_refused", name=notice.name, pid=notice.pid, holding=self._holding)
+            return
+        if notice.kind == "missing":
+            self._missing(notice)
+            return
+        if held is None:  # --version, --help
+            return
+        if stat is not None and self.tracker.knows(stat.pid, stat.create_time):  # the sampler was quicker
+            self._let_go(held)
+            return
+        running = self._running
+        if running is not None and (running.exited or (running.fd is not None and _readable(running.fd))):
+            self._ended(running, marked=running.exited)  # its end and this start came in one batch
+            running = self._running
+        if running is not None:
+            log.warning("agent_call_parallel", pid=notice.pid, running=running.call.pid if running.call else None,
+                        note="one call at a time: this one is not an iteration of its own")
+            self._let_go(held)
+            return
+        if notice.at is not None:
+            # What waits in the pipes was written before this call began (an agent takes longer than this
+            # to start and print): read it now, or it would be read later and taken for this call's.
+            self.hooks.read_output(notice.at - 1e-6)
+        if not queued:  # read by the tick: no segment opened in the queue, so open one now
+            self.pool.submit(self.workspace.begin_iteration, held.key)
+        # A call whose process is already gone (a crash in a millisecond) still ran: it begins and ends here.
+        self._begin(stat, notice.name, notice.argv, held, announced_at=notice.at, pid=notice.pid)
+
+    def _missing(self, notice: Notice) -> None:
+        if self.tracker.current is not None:
+            return
+        now = time.time()
+        call = self.tracker.start(time.monotonic(), now, None, None, notice.name, notice.argv, announced_at=notice.at)
+        self.hooks.started(call, now)
+        self.tracker.finish(now)
+        searched = notice.target or "(empty)"
+        report = build_report(call, ended_at=now, files_changed=0, changed_paths=(), commits=0, agent=None,
+                              signatures=frozenset(), exit_status=127)
+        report = dataclasses.replace(report, failed=True, blocked=True, blocked_reason=(
+            f"{notice.name} is not installed: `{notice.name}` was not found on PATH ({searched}); "
+            "install it or fix PATH"))
+        self._idle_since = now
+        self._chain(self._deliver(report, now, call.number))
+
+    # ------------------------------------------------------------------ the sampler
+
+    def sample(self, stats: list[ProcStat], now: float) -> None:
+        """Tick: begin calls no shim announced; end a call whose process left without a pidfd to say so;
+        while holding, kill agent processes that appear."""
+        self.poll_notices(now)
+        running = self._running
+        if running is not None:
+            call = running.call
+            if running.fd is None and call is not None and call.pid is not None:
+                live = {(s.pid, s.create_time) for s in stats}
+                if (call.pid, call.create_time) not in live:
+                    self._ended(running)
+            return
+        if self.tracker.current is not None:
+            return
+        candidates = []
+        by_pid = {s.pid: s for s in stats}
+        for stat in stats:
+            name, cmdline = self._identity(stat)
+            if self.shims is not None and (self.shims.is_shim(cmdline) or self._under_announced(stat, by_pid)):
+                continue  # a shim not yet exec'd, or (inside) a call its shim announced: the notice tells
+            candidates.append((stat.pid, stat.create_time, name, cmdline))
+        if self._holding is not None:
+            self._kill_newcomers(stats, candidates)
+            return
+        found = self.tracker.new_call_candidate(candidates)
+        if found is None:
+            return
+        stat = next(s for s in stats if (s.pid, s.create_time) == found)
+        name, argv = self._identity(stat)
+        fd = open_pidfd(stat.pid)
+        if fd is not None and (read_stat(stat.pid) or stat).start_ticks != stat.start_ticks:
+            os.close(fd)
+            fd = None
+        parent = read_stat(stat.ppid)
+        running = _Running("", stat.start_ticks, fd, parent.name if parent is not None else "")
+        if fd is not None and self._exits is not None:
+            self._exits.watch(fd, running)
+        self.pool.submit(self.workspace.begin_iteration, "")
+        self._begin(stat, name, argv, running)
+
+    def _kill_newcomers(self, stats: list[ProcStat], candidates: list[tuple[int, float, str, tuple[str, ...]]]) -> None:
+        for pid, ctime, name, cmdline in candidates:
+            if (pid, ctime) in self._allowed or self.tracker.knows(pid, ctime):
+                continue
+            if is_agent_call(name, cmdline, self.names):
+                stat = next(s for s in stats if s.pid == pid)
+                if signal_if_same(pid, stat.start_ticks, signal.SIGKILL):
+                    self.refused += 1
+                    log.warning("agent_call_killed", pid=pid, name=name, holding=self._holding)
+                self.tracker.ignore_process(pid, ctime)
+
+    def refuse_process(self, stat: ProcStat) -> bool:
+        """For the tree's stop (any thread): is this newcomer an agent call to kill at once?"""
+        if (stat.pid, stat.create_time) in self._allowed:
+            return False
+        name, cmdline = self._identity(stat)
+        if self.shims is not None and self.shims.is_shim(cmdline):
+            return False  # it refuses by itself, with its own notice
+        return is_agent_call(name, cmdline, self.names)
+
+    def _identity(self, stat: ProcStat) -> tuple[str, tuple[str, ...]]:
+        """Name and command line, cached per process image. The name alone does not tell an exec: a pyenv
+        `python3` shim (bash) execs python3 under the same name, so the key holds where the code is mapped."""
+        key = (stat.pid, stat.start_ticks, stat.name, stat.code)
+        known = self._identities.get(key)
+        if known is None:
+            try:
+                with open(f"/proc/{stat.pid}/cmdline", "rb") as fh:
+                    raw = fh.read(65536)
+                cmdline = tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+            except OSError:
+                cmdline = ()
+            known = self._identities[key] = (stat.name, cmdline)
+            if len(self._identities) > IDENTITY_CACHE:
+                self._identities.clear()
+        return known
+
+    # ------------------------------------------------------------------ begin and end
+
+    def _begin(self, stat: ProcStat | None, name: str, argv: Sequence[str], running: _Running, *,
+               announced_at: float | None = None, pid: int | None = None) -> None:
+        """Begin the call of `running` (`stat`: its process; None when it is already gone, `pid` names it)."""
+        now = time.time()
+        if self._finishing is not None and not self._finishing.done() and self._settle is not None:
+            self._settle.set()  # a new call began: the previous one's late output is over
+        if stat is not None:
+            self.tracker.ignore_process(stat.pid, stat.create_time)
+        call = self.tracker.start(time.monotonic(), announced_at or now, stat.pid if stat else pid,
+                                  stat.create_time if stat else None, name, argv, announced_at=announced_at)
+        running.call = call
+        self._running = running
+        identity = (stat.pid, stat.create_time) if stat is not None else None
+        if identity in self._cut_short or (self._holding is not None and identity not in self._allowed):
+            call.cut_short = True  # running when we froze or stopped the tree, or started since
+        self.hooks.started(call, now)
+        if stat is not None and self._holding is not None and identity not in self._allowed:
+            if signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
+                self.refused += 1
+                log.warning("agent_call_killed", pid=stat.pid, name=name, holding=self._holding)
+        if running.exited or stat is None or (running.fd is None and read_stat(stat.pid) is None):
+            self._ended(running, marked=running.exited)  # over already, or gone before we could hold it
+
+    def _exited_threadsafe(self, running: _Running) -> None:
+        """The exits thread: close the call's segment now, then tell the event loop."""
+        running.exited_at = time.time()
+        running.exited = True
+        self.workspace.mark_call_end(running.key)
+        if running.call is not None:
+            running.call.ended_wall = running.exited_at  # routing sees the end before the event loop does
+        self._call_soon(self._exit_seen, running)
+
+    def _exit_seen(self, running: _Running) -> None:
+        if self._running is running:
+            self._ended(running, marked=True)
+        # else: not begun yet (its begin ends it at once), or already ended
+
+    def _ended(self, running: _Running, marked: bool = False) -> None:
+        """The call's process exited (its pidfd is readable, or the sampler saw it go)."""
+        if self._running is not running or running.call is None:
+            return
+        self._running = None
+        if not marked:
+            self.workspace.mark_call_end(running.key)  # first: what the loop writes next is not the call's
+        status = None
+        if running.fd is not None:
+            status = pidfd_wait_status(running.fd)
+            if status is None and running.call.pid is not None and running.start_ticks is not None:
+                status = zombie_wait_status(running.call.pid, running.start_ticks)
+            if status is None:
+                status = pidfd_wait_status(running.fd)  # reaped between the two looks
+            self._drop_fd(running)
+        self._finish(running, running.call, running.exited_at or time.time(), status)
+
+    def _drop_fd(self, running: _Running) -> None:
+        fd, running.fd = running.fd, None
+        if fd is None:
+            return
+        if self._exits is not None:
+            self._exits.forget(fd)
+        os.close(fd)
+
+    def _finish(self, running: _Running, call: CallEvidence, ended: float, status: int | None) -> None:
+        if self.tracker.current is call:
+            self.tracker.finish(ended)
+        self._idle_since = ended
+        delta = self.pool.submit(self.workspace.end_iteration, running.key)  # closes here in the queue
+        code, sig = describe_wait_status(status)
+        self._settle = settle = asyncio.Event()
+        self._chain(self._report(call, ended, delta, settle, code, sig, timed_out=sig is not None and running.parent == "timeout"))
+
+    def _chain(self, coro: Awaitable[None]) -> None:
+        """Run a report after the ones before it (the breaker judges calls in order)."""
+        previous = self._finishing
+
+        async def in_order() -> None:
+            if previous is not None:
+                try:
+                    await asyncio.shield(previous)
+                except Exception:  # noqa: BLE001 - its failure was logged; ours still counts
+                    pass
+            await coro
+
+        self._finishing = asyncio.ensure_future(in_order())
+        self._finishing.add_done_callback(_log_failure)
+
+    async def _report(self, call: CallEvidence, ended: float, delta_future: concurrent.futures.Future[Any],
+                      settle: asyncio.Event, code: int | None, sig: int | None, *, timed_out: bool) -> None:
+        """Wait for the call's late output (briefly), then report it."""
+        await self.hooks.settle_output()
+        try:
+            await asyncio.wait_for(settle.wait(), SETTLE_SECONDS)  # a tee may still be writing its last line
+        except asyncio.TimeoutError:
+            pass
+        await self.hooks.settle_output()
+        self.tracker.claim_late_output(call)
+        delta = await asyncio.wrap_future(delta_future)
+        report = self.hooks.build(call, ended, delta, exit_status=code, killed_by=sig, timed_out=timed_out)
+        await self._deliver(report, ended, call.number)
+
+    async def _deliver(self, report: IterationReport, ended: float, number: int) -> None:
+        self.tracker.release(number)
+        self._last_usage_limited = report.usage_limited
+        await self.hooks.report(report, ended)
+
+    async def finish_current(self) -> None:
+        """The loop exited: end the call in progress (its pidfd says whether it is gone) and wait for
+        every report still being put together."""
+        running = self._running
+        if running is not None:
+            self._ended(running)
+        elif self.tracker.current is not None:  # marker mode
+            self.marker_boundary(time.time(), begin=False)
+        await self.wait_reports()
+        if self.tracker.marker is None:
+            await asyncio.wrap_future(self.pool.submit(self.workspace.close_gap))
+
+    async def wait_reports(self) -> None:
+        while self._finishing is not None and not self._finishing.done():
+            await asyncio.shield(self._finishing)
+
+    def marker_boundary(self, now: float, begin: bool = True) -> None:
+        """Marker mode: a marker line ends the call in progress and begins the next."""
+        ended = self.tracker.finish(now)
+        if ended is not None:
+            self._idle_since = now
+            delta = self.pool.submit(self.workspace.end_iteration, "")
+
+            async def report() -> None:
+                result = await asyncio.wrap_future(delta)
+                await self._deliver(self.hooks.build(ended, now, result), now, ended.number)
+
+            self._chain(report())
+        if begin:
+            call = self.tracker.start(time.monotonic(), now)
+            self.pool.submit(self.workspace.begin_iteration, "")
+            self.hooks.started(call, now)
+
+    # ------------------------------------------------------------------ holding
+
+    def hold(self, why: str, members: Sequence[ProcStat]) -> None:
+        """A stop is decided or the tree freezes: shims refuse, agent processes that appear from now on
+        are killed, and the calls running now (in `members`) are cut short by us (neutral, never a trial)."""
+        if self._holding is None:
+            self.refused = 0
+        self._holding = why
+        if self.tracker.current is not None:
+            self.tracker.current.cut_short = True
+        for stat in members:
+            name, cmdline = self._identity(stat)
+            if is_agent_call(name, cmdline, self.names):
+                self._cut_short.add((stat.pid, stat.create_time))
+            self._allowed.add((stat.pid, stat.create_time))
+        if len(self._cut_short) > 1024:
+            self._cut_short.clear()
+        if self.shims is not None:
+            try:
+                self.shims.refuse(True)
+            except OSError as exc:
+                log.warning("shims_cannot_refuse", error=str(exc))
+
+    def release(self) -> None:
+        """New calls may start again (a resume, a trial, a restart)."""
+        self._holding = None
+        self._allowed.clear()
+        if self.shims is not None:
+            try:
+                self.shims.refuse(False)
+            except OSError as exc:
+                log.warning("shims_cannot_refuse", error=str(exc))
+
+    @property
+    def holding(self) -> str | None:
+        return self._holding
+
+    # ------------------------------------------------------------------ between calls
+
+    def waiting_since(self) -> float | None:
+        """Since when the loop has run without an agent call (None while one runs, in marker mode, or
+        after a usage-limited call: the loop is probably waiting for the limit to reset)."""
+        if self.tracker.marker is not None or self.tracker.current is not None or self._last_usage_limited:
+            return None
+        return self._idle_since
+
+    def _gap_threadsafe(self, delta: Any) -> None:
+        self._call_soon(self._gap, delta)
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> bool:
+        """From another thread: run `callback(*args)` on the event loop; False once the loop is closed."""
+        loop = self._loop
+        if loop is None:
+            return False
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            return False
+        return True
+
+    def _gap(self, delta: Any) -> None:
+        log.info("changed_between_calls", files_changed=delta.files_changed, commits=delta.commits,
+                 paths=list(delta.paths[:10]), iteration=self.tracker.number)
+
+
+def _key(notice: Notice) -> str:
+    """A call's workspace segment: its pid and announcement time (a pid alone is recycled)."""
+    return f"{notice.pid}@{notice.at}"
+
+
+def _readable(fd: int) -> bool:
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("call_report_failed", error=repr(exc))

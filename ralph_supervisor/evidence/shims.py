@@ -1,0 +1,245 @@
+"""Shims: how an agent call announces itself, exactly when it starts.
+
+The supervisor puts `STATE/shims/bin` first on the child's `PATH`, with one small shell script per watched
+agent name. A loop that runs `claude` (directly, through GNU `timeout`, in the background) runs the script,
+which:
+
+1. exits at once with 143 when the supervisor refuses new calls (`STATE/shims/refuse` exists: a stop is
+   decided, or the tree is frozen), after leaving a `refused` notice;
+2. finds the real agent on the rest of `PATH` (without the shim folder), with shell builtins only;
+3. writes a notice `STATE/shims/calls/PID` with one builtin redirection (no fork, never blocks; when the
+   folder is gone the write fails silently and the call goes on);
+4. `exec`s the real agent with `PATH` as it was minus the shim folder.
+
+`exec` keeps the pid, so the notice names the agent process itself, whose end a pidfd then tells. Not found:
+a `missing` notice (with the `PATH` searched), `NAME: command not found` on stderr, exit 127, what a shell
+would have given the loop.
+
+The script runs under `bash -p` when bash is installed (`exec -a` keeps the caller's argv[0], the agent's
+name, and `-p` keeps `BASH_ENV` and exported functions from running in the shim) and under `/bin/sh`
+otherwise (then the agent's argv[0] is its full path, as when a loop runs it by path). What the agent sees
+is otherwise its own: pid, arguments, stdio, signals, exit code, `/proc/PID/comm` (the kernel names the
+process after the file it runs, the real agent), environment but `PATH`. Known differences, from the shell:
+under bash an exported `SHELLOPTS`/`BASHOPTS` is rewritten and a missing `SHLVL` appears as 0; under dash,
+environment entries whose names are not shell identifiers (bash's exported functions) are dropped.
+
+A notice is NUL-separated: `v1, kind (call|missing|refused), name, pid, time, target, argc, args...`, where
+time is `$EPOCHREALTIME` under bash (empty under sh: the file's mtime serves), and target the real agent's
+path (call) or the `PATH` searched (missing).
+
+Usage:
+
+    shims = install_shims(state_dir / "shims", ["claude", "codex"])
+    env["PATH"] = shims.path_for(env.get("PATH"))
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+NOTICE_VERSION = "v1"
+KINDS = frozenset({"call", "missing", "refused"})
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+"""An agent name the shim may carry: a plain file name, no path separator, no shell metacharacters."""
+MAX_NOTICE_BYTES = 1 << 20
+
+
+def bad_agent_name(name: str) -> str | None:
+    """Why `name` cannot be an agent's process name (None when it can). Pure."""
+    if not name:
+        return "an empty name"
+    if "/" in name:
+        return f"{name!r} holds a path separator (give the program's name, not its path)"
+    if SAFE_NAME.fullmatch(name) is None:
+        return f"{name!r} holds characters a program name does not (letters, digits, . _ + - only)"
+    return None
+
+
+@dataclass(frozen=True)
+class ShimDir:
+    """Where the shims live and what they read and write."""
+
+    root: Path
+    names: tuple[str, ...]
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def calls(self) -> Path:
+        return self.root / "calls"
+
+    @property
+    def refuse_flag(self) -> Path:
+        return self.root / "refuse"
+
+    def path_for(self, path: str | None) -> str:
+        """The child's PATH: the shims first, then what it would have had."""
+        return f"{self.bin}:{path}" if path else str(self.bin)
+
+    def is_shim(self, cmdline: Sequence[str]) -> bool:
+        """Is this command line a shim still running (an interpreter on one of our scripts)?"""
+        prefix = f"{self.bin}/"
+        return any(arg.startswith(prefix) for arg in cmdline[:3])
+
+    def refuse(self, on: bool) -> None:
+        """Make every shim refuse (exit 143) or run new calls again."""
+        if on:
+            self.refuse_flag.touch(mode=0o644)
+        else:
+            try:
+                self.refuse_flag.unlink()
+            except FileNotFoundError:
+                pass
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _notice(kind: str, name: str, at: str, target: str, calls: Path) -> str:
+    # Two printf builtins in one group, one open and one close of the notice: one IN_CLOSE_WRITE.
+    # The redirection of stderr comes first, so a vanished folder fails without a word.
+    return (f"{{ printf '{NOTICE_VERSION}\\0{kind}\\0%s\\0%s\\0%s\\0%s\\0%s\\0' {shlex.quote(name)} \"$$\" {at} "
+            f"{target} \"$#\"; printf '%s\\0' \"$@\"; }} 2>/dev/null >{shlex.quote(str(calls))}/\"$$\"")
+
+
+def shim_script(name: str, shims: ShimDir, bash: str | None) -> str:
+    """The text of one shim. Pure. `bash`: the bash to run it (None: /bin/sh)."""
+    q = shlex.quote
+    at = '"$EPOCHREALTIME"' if bash else "''"
+    run = f'exec -a {q(name)} "$_rs_x" "$@"' if bash else 'exec "$_rs_x" "$@"'
+    return f"""#!{bash + ' -p' if bash else '/bin/sh'}
+# ralph-supervise: a call of {name} starts here. Tell the supervisor, then run the real {name} found on the
+# rest of PATH (exec: the same pid, stdio, signals and exit code). Builtins only; written by ralph-supervise.
+_rs_d={q(str(shims.bin))}
+case $PATH in
+"$_rs_d") _rs_p= ;;
+"$_rs_d":*) _rs_p=${{PATH#"$_rs_d":}} ;;
+*:"$_rs_d") _rs_p=${{PATH%:"$_rs_d"}} ;;
+*:"$_rs_d":*) _rs_p=${{PATH%%:"$_rs_d":*}}:${{PATH#*:"$_rs_d":}} ;;
+*) _rs_p=$PATH ;;
+esac
+if [ -e {q(str(shims.refuse_flag))} ]; then
+{_notice("refused", name, at, "''", shims.calls)}
+exit 143
+fi
+_rs_r=$_rs_p
+_rs_x=
+while :; do
+_rs_e=${{_rs_r%%:*}}
+if [ "$_rs_e" != "$_rs_d" ] && [ -f "${{_rs_e:-.}}"/{q(name)} ] && [ -x "${{_rs_e:-.}}"/{q(name)} ]; then
+_rs_x=${{_rs_e:-.}}/{q(name)}
+break
+fi
+case $_rs_r in *:*) _rs_r=${{_rs_r#*:}} ;; *) break ;; esac
+done
+if [ -z "$_rs_x" ]; then
+{_notice("missing", name, at, '"$_rs_p"', shims.calls)}
+printf '%s: command not found\\n' {q(name)} >&2
+exit 127
+fi
+{_notice("call", name, at, '"$_rs_x"', shims.calls)}
+PATH=$_rs_p
+{run}
+"""
+
+
+def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = True) -> ShimDir:
+    """Write one shim per name under `root/bin` (replacing what a previous run left), an empty calls
+    folder, no refuse flag. `bash`: True finds bash on this machine, False or None uses /bin/sh, a path
+    uses that bash. Raises OSError (read-only state folder, say) and ValueError (a path with ':')."""
+    root = Path(root).absolute()
+    if ":" in str(root):
+        raise ValueError(f"{root}: a folder whose path holds ':' cannot go on PATH")
+    for name in names:
+        reason = bad_agent_name(name)
+        if reason is not None:
+            raise ValueError(reason)
+    if bash is True:
+        bash = shutil.which("bash", path="/usr/bin:/bin")
+    shell = bash if isinstance(bash, str) else None
+    shims = ShimDir(root, tuple(dict.fromkeys(names)))
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"{root} exists and is not a folder")
+    shutil.rmtree(root, ignore_errors=True)
+    shims.bin.mkdir(parents=True)
+    shims.calls.mkdir()
+    for name in shims.names:
+        path = shims.bin / name
+        path.write_text(shim_script(name, shims, shell))
+        path.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    return shims
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What a shim said about one call."""
+
+    kind: str
+    """call (the agent runs), missing (not found on PATH), refused (we refused it)."""
+    name: str
+    pid: int
+    at: float | None
+    """When the shim ran (epoch seconds), when the shell could tell."""
+    target: str
+    """The real agent's path (call) or the PATH searched (missing)."""
+    args: tuple[str, ...]
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (self.name, *self.args)
+
+
+def parse_notice(data: bytes) -> Notice | None:
+    """A notice's fields, or None when it is not one (truncated, foreign, corrupt). Pure."""
+    if len(data) > MAX_NOTICE_BYTES:
+        return None
+    fields = [part.decode("utf-8", "surrogateescape") for part in data.split(b"\0")]
+    if len(fields) < 8 or fields[0] != NOTICE_VERSION or fields[1] not in KINDS:
+        return None
+    try:
+        pid = int(fields[3])
+        argc = int(fields[6])
+    except ValueError:
+        return None
+    if pid <= 1 or argc < 0 or len(fields) < 7 + max(argc, 1) + 1:
+        return None
+    try:
+        at = float(fields[4].replace(",", ".")) if fields[4] else None  # EPOCHREALTIME follows the locale
+    except ValueError:
+        at = None
+    return Notice(fields[1], fields[2], pid, at, fields[5], tuple(fields[7:7 + argc]))
+
+
+def read_notice(path: Path) -> Notice | None:
+    """Read and remove one notice file; None when it is gone or not a notice. Its mtime stands in
+    for the time under /bin/sh."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        data = os.read(fd, MAX_NOTICE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    notice = parse_notice(data)
+    if notice is not None and notice.at is None:
+        notice = Notice(notice.kind, notice.name, notice.pid, info.st_mtime_ns / 1e9, notice.target, notice.args)
+    return notice

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Benchmark how agent calls are seen: announced by the shims on PATH vs sampled from the process tree.
+
+Side by side, the same loops and the same sh agent, once with the shims (the default) and once with the
+sampler alone (the loop puts the agent's folder before the shims on PATH, so the shim never runs):
+  - latency: from the moment the agent starts (it writes its own start time first) to the supervisor's
+    `iteration_started` event, p50 and p99 over calls of 0.3 s;
+  - the time a shim adds to a call of `true` (bash -p and /bin/sh shims; baseline: `true` itself), median
+    of interleaved runs, as a loop runs it: `bash -c true` found through PATH;
+  - supervisor CPU while the loop makes 10 calls a second (the default tick vs the tick plus the shims);
+  - calls missed out of 1,000 back-to-back calls of a few milliseconds (each writes a new file).
+
+Usage: scripts/bench_calls.py [--quick] [--out docs/bench/calls.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _benchkit as kit  # noqa: E402
+
+from ralph_supervisor.evidence.shims import install_shims  # noqa: E402
+
+AGENT = r"""#!/bin/sh
+date +%s.%N >> "$STARTS"
+n=$(cat .ralph/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .ralph/count
+echo "step $n" > "step_$n.txt"
+[ -n "$AGENT_SLEEP" ] && sleep "$AGENT_SLEEP"
+echo '{"type":"result","subtype":"success","is_error":false,"result":"did step '$n'","usage":{"input_tokens":1,"output_tokens":1}}'
+"""
+
+
+def setup(name: str) -> tuple[Path, Path]:
+    tmp = kit.temp_dir(name)
+    ws = tmp / "ws"
+    (ws / ".ralph").mkdir(parents=True)
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").write_text(AGENT)
+    (bin_dir / "claude").chmod(0o755)
+    return ws, bin_dir
+
+
+def loop(bin_dir: Path, body: str, sampled: bool) -> list[str]:
+    """The loop; `sampled`: it puts the agent before the shims on PATH (as a loop replacing PATH does)."""
+    prefix = f"export PATH={bin_dir}:$PATH; " if sampled else ""
+    return ["bash", "-c", prefix + body]
+
+
+def supervise(ws: Path, bin_dir: Path, child: list[str], timeout: float, **env: str) -> subprocess.Popen[bytes]:
+    flags = ("--no-progress", "100000", "--paraphrase", "0", "--max-failures", "100000", "--same-error", "100000",
+             "--output-decline", "0",
+             "--grace", "2")
+    return kit.start(kit.supervisor_argv(ws, child, *flags),
+                     env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "STARTS": str(ws / ".ralph" / "starts"), **env})
+
+
+def events(ws: Path, name: str) -> list[dict]:
+    path = ws / ".ralph-supervise" / "events.jsonl"
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == name:
+            found.append(event)
+    return found
+
+
+def ts(event: dict) -> float:
+    return datetime.fromisoformat(event["ts"].replace("Z", "+00:00")).timestamp()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+# ---------------------------------------------------------------------------------------------- 1. latency
+
+
+def latency(calls: int, sampled: bool) -> list[float]:
+    ws, bin_dir = setup("latency-sampled" if sampled else "latency-shim")
+    proc = supervise(ws, bin_dir, loop(bin_dir, f"for i in $(seq 1 {calls}); do claude -p go; sleep 0.2; done",
+                                       sampled), 120, AGENT_SLEEP="0.3")
+    proc.wait(timeout=60 + calls * 2)
+    starts = [float(x) for x in (ws / ".ralph" / "starts").read_text().split()]
+    seen = {e["iteration"]: ts(e) for e in events(ws, "iteration_started")}
+    return [(seen[n] - starts[n - 1]) * 1000 for n in sorted(seen) if n - 1 < len(starts)]
+
+
+# ---------------------------------------------------------------------------------------------- 2. shim cost
+
+
+def shim_cost(runs: int) -> dict[str, float]:
+    tmp = kit.temp_dir("shim-cost")
+    shims = {"bash": install_shims(tmp / "bash", ["true"], bash=True),
+             "sh": install_shims(tmp / "sh", ["true"], bash=False)}
+    base_path = os.environ["PATH"]
+    paths = {"plain": base_path, **{k: s.path_for(base_path) for k, s in shims.items()}}
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    for i in range(runs):
+        for kind, path in paths.items():
+            env = {**os.environ, "PATH": path}
+            began = time.perf_counter()
+            subprocess.run(["true"], env=env, check=True)  # found through the PATH of env
+            times[kind].append(time.perf_counter() - began)
+        if i % 50 == 0:
+            for s in shims.values():
+                for notice in s.calls.iterdir():
+                    notice.unlink()
+    return {k: statistics.median(v) * 1000 for k, v in times.items()}
+
+
+# ---------------------------------------------------------------------------------------------- 3. CPU
+
+
+def cpu_at_ten_calls_a_second(seconds: float, sampled: bool) -> float:
+    ws, bin_dir = setup("cpu-sampled" if sampled else "cpu-shim")
+    proc = supervise(ws, bin_dir, loop(bin_dir, "while :; do claude -p go; sleep 0.1; done", sampled), seconds)
+    try:
+        time.sleep(3)  # start-up settles
+        cpu0, t0 = kit.cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        cpu1, t1 = kit.cpu_seconds(proc.pid), time.monotonic()
+    finally:
+        kit.stop_supervisor(proc)
+    if cpu0 is None or cpu1 is None:
+        raise SystemExit("bench_calls: the supervisor ended during the CPU measurement")
+    return (cpu1 - cpu0) / (t1 - t0) * 100
+
+
+# ---------------------------------------------------------------------------------------------- 4. missed calls
+
+
+def missed(calls: int, sampled: bool) -> tuple[int, int]:
+    """(calls missed, calls whose files were not exactly their own) out of `calls` back-to-back calls."""
+    ws, bin_dir = setup("missed-sampled" if sampled else "missed-shim")
+    proc = supervise(ws, bin_dir, loop(bin_dir, f"for i in $(seq 1 {calls}); do claude -p go; done; sleep 0.5",
+                                       sampled), 300)
+    proc.wait(timeout=120 + calls * 0.2)
+    done = events(ws, "iteration_finished")
+    return calls - len(done), sum(1 for e in done if e["files_changed"] != 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    kit.become_subreaper()
+    n_latency, n_cost, cpu_s, n_missed = (15, 200, 10.0, 200) if args.quick else (40, 500, 20.0, 1000)
+    try:
+        shim_lat, sampled_lat = latency(n_latency, False), latency(n_latency, True)
+        cost = shim_cost(n_cost)
+        cpu_shim, cpu_sampled = cpu_at_ten_calls_a_second(cpu_s, False), cpu_at_ten_calls_a_second(cpu_s, True)
+        miss_shim, wrong_shim = missed(n_missed, False)
+        miss_sampled, wrong_sampled = missed(n_missed, True)
+    finally:
+        kit.cleanup()
+
+    def ms(value: float) -> str:
+        return f"{value:.1f} ms"
+
+    rows = [
+        kit.Row("call start reaches the supervisor, p50 (shim vs sampler)", ms(percentile(shim_lat, 0.5)),
+                ms(percentile(sampled_lat, 0.5)), f"{percentile(shim_lat, 0.5) / percentile(sampled_lat, 0.5):.2f}",
+                "(for reference)"),
+        kit.Row("call start reaches the supervisor, p99 (shim vs sampler)", ms(percentile(shim_lat, 0.99)),
+                ms(percentile(sampled_lat, 0.99)), f"{percentile(shim_lat, 0.99) / percentile(sampled_lat, 0.99):.2f}",
+                "(for reference)"),
+        kit.Row("time a bash -p shim adds to a call of `true`", ms(cost["bash"] - cost["plain"]),
+                ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
+        kit.Row("time a /bin/sh shim adds to a call of `true`", ms(cost["sh"] - cost["plain"]),
+                ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
+        kit.Row("supervisor CPU, loop making 10 calls a second (shims vs sampler)", f"{cpu_shim:.1f} %",
+                f"{cpu_sampled:.1f} %", f"{cpu_shim / cpu_sampled:.2f}" if cpu_sampled else "", "(for reference)"),
+        kit.Row(f"calls missed out of {n_missed:,} back-to-back short calls (shims vs sampler)", str(miss_shim),
+                str(miss_sampled), "", "0"),
+        kit.Row(f"calls of those {n_missed:,} whose files were not exactly their own", str(wrong_shim),
+                str(wrong_sampled), "", "0"),
+    ]
+    for row in rows:
+        row.met = kit.judge(row.ours, row.ratio, row.target)
+    markdown = f"""## calls: agent calls announced by shims vs sampled from the tree
+
+Machine: {kit.machine_line()}; load average at the end {kit.loadavg():.1f}.
+Mode: {'quick' if args.quick else 'full'}. The same sh agent and loops both ways; the sampler's runs put the
+agent's folder before the shims on PATH, so only the tree sampler (every 0.1-0.5 s) can see the calls.
+
+{kit.table(rows)}
+
+Latency: the agent writes its start time first; the supervisor's `iteration_started` event carries a
+millisecond timestamp ({n_latency} calls of 0.3 s each way). Shim cost: `true` found through PATH, median of
+{n_cost} interleaved runs each. CPU: 10 calls a second for {cpu_s:.0f} s after 3 s of start-up. Missed calls:
+{n_missed:,} back-to-back calls of a few milliseconds, each writing one new file.
+"""
+    out = kit.write_section("calls", markdown, rows, args.out)
+    print(out.read_text())
+
+
+if __name__ == "__main__":
+    main()
