@@ -197,7 +197,13 @@ class Breaker:
     def observe(self, report: IterationReport, now: float, daily_tokens_today: int = 0,
                 daily_cost_today: float = 0.0) -> Decision:
         """Judge one finished iteration. `daily_tokens_today` and `daily_cost_today` are the supervisor's count
-        of what was spent this UTC day across runs, this iteration included (it counts each call once)."""
+        of what was spent this UTC day across runs, this iteration included (it counts each call once).
+        The decision names the iteration judged (the next call may have started already)."""
+        decision = self._observe(report, now, daily_tokens_today, daily_cost_today)
+        return replace(decision, iteration=report.number) if decision.changed else decision
+
+    def _observe(self, report: IterationReport, now: float, daily_tokens_today: int,
+                 daily_cost_today: float) -> Decision:
         s = self._s
         self._s = s = replace(
             s,

@@ -223,9 +223,7 @@ class CallWatcher:
         shims = self.shims
         if shims is None or self._loop is None:
             return None
-        if name.isdigit():  # before the file goes: the sampler must see one or the other
-            self._note_announced(int(name), time.time())
-        notice = read_notice(shims.calls / name)
+        notice = read_notice(shims.calls / name, self._note_announced)  # noted before the file goes
         if notice is None:
             return None
         real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
@@ -255,8 +253,9 @@ class CallWatcher:
             self.workspace.mark_call_end(key)
         return stat, running
 
-    def _note_announced(self, pid: int, at: float) -> None:
-        self._announced[pid] = at
+    def _note_announced(self, notice: Notice) -> None:
+        """Before its file goes: the sampler must find one or the other, or it takes the call for its own."""
+        self._announced[notice.pid] = notice.at if notice.at is not None else time.time()
         if len(self._announced) > ANNOUNCED_KEPT:
             del self._announced[next(iter(self._announced))]
 
@@ -304,9 +303,7 @@ class CallWatcher:
                         continue
                 except OSError:
                     continue
-            if entry.name.isdigit():
-                self._note_announced(int(entry.name), time.time())
-            notice = read_notice(Path(entry.path))
+            notice = read_notice(Path(entry.path), self._note_announced)
             if notice is not None:
                 real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
                 stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
@@ -449,6 +446,8 @@ class CallWatcher:
             self._settle.set()  # a new call began: the previous one's late output is over
         if stat is not None:
             self.tracker.ignore_process(stat.pid, stat.create_time)
+            if announced_at is None:  # sampled: its start from the kernel's clock (create_time is a second off)
+                announced_at = max(now - process_age(stat.start_ticks), self._idle_since)
         call = self.tracker.start(time.monotonic(), announced_at or now, stat.pid if stat else pid,
                                   stat.create_time if stat else None, name, argv, announced_at=announced_at)
         running.call = call

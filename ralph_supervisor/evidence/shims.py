@@ -42,7 +42,7 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 NOTICE_VERSION = "v1"
 KINDS = frozenset({"call", "missing", "refused"})
@@ -219,9 +219,9 @@ def parse_notice(data: bytes) -> Notice | None:
     return Notice(fields[1], fields[2], pid, at, fields[5], tuple(fields[7:7 + argc]))
 
 
-def read_notice(path: Path) -> Notice | None:
-    """Read and remove one notice file; None when it is gone or not a notice. Its mtime stands in
-    for the time under /bin/sh."""
+def read_notice(path: Path, seen: Callable[[Notice], None] | None = None) -> Notice | None:
+    """Read and remove one notice file; None when it is gone or not a notice (an empty one: the disk was
+    full). Its mtime stands in for the time under /bin/sh. `seen(notice)` runs before the file goes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -232,14 +232,16 @@ def read_notice(path: Path) -> Notice | None:
             return None
         data = os.read(fd, MAX_NOTICE_BYTES + 1)
     except OSError:
-        return None
+        data = b""
     finally:
         os.close(fd)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
     notice = parse_notice(data)
     if notice is not None and notice.at is None:
         notice = Notice(notice.kind, notice.name, notice.pid, info.st_mtime_ns / 1e9, notice.target, notice.args)
+    if notice is not None and seen is not None:
+        seen(notice)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
     return notice
