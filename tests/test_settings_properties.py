@@ -204,7 +204,8 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
                 lambda t: (f"{t[0] * 1000}{t[1][0]}", t[0] * 1000 * t[1][1])
             ) | same(st.integers(5000, 2**40))
         case "iteration_process":
-            name = st.text("abcdefghijklmnopqrstuvwxyz-_.0123456789", min_size=1, max_size=10)
+            name = st.builds(lambda head, rest: head + rest, st.sampled_from("abcdefghijklmnopqrstuvwxyz_0123456789"),
+                             st.text("abcdefghijklmnopqrstuvwxyz-_.0123456789", max_size=9))  # a shim's file name
             return st.lists(name, min_size=1, max_size=4).map(lambda v: (v, tuple(v))) | st.lists(
                 name, min_size=1, max_size=4
             ).map(lambda v: (",".join(v), tuple(v)))

@@ -46,7 +46,7 @@ from typing import Callable, Sequence
 
 NOTICE_VERSION = "v1"
 KINDS = frozenset({"call", "missing", "refused"})
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 """An agent name the shim may carry: a plain file name, no path separator, no shell metacharacters."""
 MAX_NOTICE_BYTES = 1 << 20
 
@@ -58,7 +58,7 @@ def bad_agent_name(name: str) -> str | None:
     if "/" in name:
         return f"{name!r} holds a path separator (give the program's name, not its path)"
     if SAFE_NAME.fullmatch(name) is None:
-        return f"{name!r} holds characters a program name does not (letters, digits, . _ + - only)"
+        return (f"{name!r} is not a plain program name (letters, digits, . _ + -, not starting with . or -)")
     return None
 
 

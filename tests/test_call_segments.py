@@ -1,0 +1,80 @@
+"""Per-call evidence without a supervisor: workspace segments (one per call, one per gap) on real files, and
+output routed by when it was read against each call's announced start and end."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, IterationTracker, OutputResult
+from ralph_supervisor.evidence.workspace import Workspace, WorkspaceDelta
+
+
+def started(root: Path, **kwargs: object) -> Workspace:
+    ws = Workspace(root, state_dir=root / ".ralph-supervise", poll_interval=0.05, **kwargs)  # type: ignore[arg-type]
+    ws.start()
+    return ws
+
+
+def test_a_call_that_starts_before_the_last_one_ended_was_processed_still_gets_its_own_files(tmp_path: Path) -> None:
+    gaps: list[WorkspaceDelta] = []
+    ws = started(tmp_path)
+    ws.on_gap = gaps.append
+    try:
+        ws.begin_iteration("a")
+        (tmp_path / "a.txt").write_text("a")
+        ws.begin_iteration("b")  # b starts; a's end is not processed yet
+        (tmp_path / "b.txt").write_text("b")
+        (tmp_path / "a.txt").write_text("a, changed by b")
+        assert ws.end_iteration("a").paths == ("a.txt",), "a ends where b began: b's writes are b's"
+        ws.mark_call_end("b")
+        (tmp_path / "between.txt").write_text("the loop's own")
+        late = ws.end_iteration("b")
+        assert late.paths == ("a.txt", "b.txt")
+        ws.begin_iteration("c")
+        assert [g.paths for g in gaps] == [("between.txt",)], "the loop's change is logged as a gap, no call's"
+        assert ws.end_iteration("c").files_changed == 0
+        assert ws.end_iteration("never opened").files_changed == 0
+    finally:
+        ws.stop()
+
+
+def test_a_notice_opens_its_call_in_the_event_queue_before_the_agents_first_write(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    seen = threading.Event()
+    ws = started(tmp_path, ignore=["calls/"])
+
+    def on_notice(name: str) -> str | None:
+        seen.set()
+        return name
+
+    try:
+        assert ws.watch_calls(calls, on_notice)
+        (calls / "123").write_text("notice")  # the shim's notice, then at once the agent's first write
+        (tmp_path / "first.txt").write_text("first millisecond")
+        assert ws.end_iteration("123").paths == ("first.txt",)
+        assert seen.is_set()
+    finally:
+        ws.stop()
+
+
+def result(read_at: float, text: str) -> OutputResult:
+    return OutputResult("stdout", len(text) + 1, 0, read_at, text, ())
+
+
+def test_output_goes_to_the_call_running_when_it_was_read_whatever_the_tracker_knew_then() -> None:
+    tracker = IterationTracker(["claude"], None)
+    first = tracker.start(0.0, 10.0, 101, None, "claude", (), announced_at=10.0)
+    tracker.add_output(result(10.5, "one"), 10.5)
+    tracker.finish(11.0)
+    tracker.add_output(result(11.05, "one, late"), 11.05)  # a tee's last line after the exit
+    tracker.add_output(result(12.2, "two, early"), 12.2)  # read before the supervisor saw call two
+    second = tracker.start(0.0, 12.0, 102, None, "claude", (), announced_at=12.0)
+    tracker.claim_late_output(first)
+    assert first.output_text() == "one\none, late"
+    assert second.output_text() == "two, early"
+    tracker.add_output(result(11.0 + SETTLE_SECONDS + 0.5, "the loop's own"), 20.0)
+    tracker.add_output(result(12.5, "two"), 20.0)
+    assert second.output_text() == "two, early\ntwo"
+    assert "the loop's own" not in first.output_text()
