@@ -196,7 +196,7 @@ def main() -> None:
         row.met = kit.judge(row.ours, row.ratio, row.target)
     markdown = f"""## calls: agent calls announced by shims vs sampled from the tree
 
-Machine: {kit.machine_line()}; load average at the end {kit.loadavg():.1f}.
+Machine: {kit.machine_line()}; load average at the end {kit.loadavg():.1f} (a machine shared with other developers: the lead re-runs it quietly).
 Mode: {'quick' if args.quick else 'full'}. The same sh agent and loops both ways; the sampler's runs put the
 agent's folder before the shims on PATH, so only the tree sampler (every 0.1-0.5 s) can see the calls.
 
@@ -206,6 +206,12 @@ Latency: the agent writes its start time first; the supervisor's `iteration_star
 millisecond timestamp ({n_latency} calls of 0.3 s each way). Shim cost: `true` found through PATH, median of
 {n_cost} interleaved runs each. CPU: 10 calls a second for {cpu_s:.0f} s after 3 s of start-up. Missed calls:
 {n_missed:,} back-to-back calls of a few milliseconds, each writing one new file.
+
+A negative latency means the supervisor knew of the call before the agent's first command ran (the shim's
+notice precedes the `exec`); the sampler sees a call only at its next tick (0.1 s while output flows,
+0.5 s when idle), and misses a call shorter than that. The CPU row counts what every call costs the
+supervisor (its report, the breaker, the state, ledger and event writes), so it grows with the calls
+counted: the sampler's runs count only the calls they happen to see.
 """
     out = kit.write_section("calls", markdown, rows, args.out)
     print(out.read_text())

@@ -78,3 +78,20 @@ def test_output_goes_to_the_call_running_when_it_was_read_whatever_the_tracker_k
     tracker.add_output(result(12.5, "two"), 20.0)
     assert second.output_text() == "two, early\ntwo"
     assert "the loop's own" not in first.output_text()
+
+
+def test_the_wait_for_a_call_counts_from_the_loops_start_or_the_last_thaw_never_across_a_freeze() -> None:
+    import time
+
+    from ralph_supervisor.evidence.calls import CallHooks, CallWatcher
+
+    hooks = CallHooks(started=lambda call, now: None, build=lambda *a, **k: None, report=None,  # type: ignore[arg-type]
+                      settle_output=None, read_output=lambda at: None)  # type: ignore[arg-type]
+    calls = CallWatcher(IterationTracker(["claude"], None), None, None, ["claude"], hooks)  # type: ignore[arg-type]
+    calls.child_started(100.0)
+    assert calls.waiting_since() == 100.0
+    calls.hold("freeze", [])  # an hour-long limit wait, say
+    calls.release()
+    assert calls.waiting_since() >= time.time() - 5, "a thawed loop gets the full --stall to reach its agent"
+    calls.tracker.start(0.0, 200.0)
+    assert calls.waiting_since() is None, "while a call runs, the stall is the call's silence"

@@ -602,9 +602,10 @@ class CallWatcher:
                 log.warning("shims_cannot_refuse", error=str(exc))
 
     def release(self) -> None:
-        """New calls may start again (a resume, a trial, a restart)."""
+        """New calls may start again (a resume, a trial, a restart); the wait for one counts from now."""
         self._holding = None
         self._allowed.clear()
+        self._idle_since = max(self._idle_since, time.time())
         if self.shims is not None:
             try:
                 self.shims.refuse(False)
