@@ -170,3 +170,13 @@ def test_shim_folder_predicates(tmp_path: Path) -> None:
     assert shims.is_shim(["/bin/bash", "-p", f"{tmp_path}/bin/claude", "-p", "go"])
     assert not shims.is_shim(["claude", "-p", "go"])
     assert shims.path_for("") == str(tmp_path / "bin")
+
+
+@pytest.mark.parametrize("value", ["claude,../bin/x", "cl;aude", "claude,$(rm -rf ~)"])
+def test_a_bad_iteration_process_name_is_one_clear_line(tmp_path: Path, value: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "ralph_supervisor", "-w", str(tmp_path), "--iteration-process",
+                           value, "--", "true"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("ralph-supervise: --iteration-process: ")
+    assert not (tmp_path / ".ralph-supervise" / "shims").exists()
