@@ -16,7 +16,6 @@ Usage: scripts/bench_calls.py [--quick] [--out docs/bench/calls.md]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _benchkit as kit  # noqa: E402
 
 from ralph_supervisor.evidence.shims import install_shims  # noqa: E402
+from tests.helpers.supervise import events as supervise_events  # noqa: E402
 
 AGENT = r"""#!/bin/sh
 date +%s.%N >> "$STARTS"
@@ -67,16 +67,7 @@ def supervise(ws: Path, bin_dir: Path, child: list[str], timeout: float, **env: 
 
 
 def events(ws: Path, name: str) -> list[dict]:
-    path = ws / ".ralph-supervise" / "events.jsonl"
-    found = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == name:
-            found.append(event)
-    return found
+    return supervise_events(ws / ".ralph-supervise", name)
 
 
 def ts(event: dict) -> float:
