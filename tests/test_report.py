@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from ralph_supervisor.report.account import (
 )
 from ralph_supervisor.report.sources import GitFacts, Records, read_records
 from ralph_supervisor.rotating import read_json_lines
+from tests.helpers.debian import installed
 from tests.helpers.supervise import REPO
 from tests.helpers.synthetic_runs import write_run
 
@@ -232,21 +232,10 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's chromium, installed with apt when missing and we are root; else the test is skipped."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("headless Chromium is not installed and apt-get cannot install it here (not root)")
-    started = time.monotonic()
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]):
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=300)
-        if done.returncode != 0:
-            pytest.skip(f"headless Chromium could not be installed: {' '.join(argv)} exited {done.returncode}")
-    sys.stderr.write(f"\n(installed chromium in {time.monotonic() - started:.0f} s)\n")
-    found = shutil.which("chromium")
-    if not found:
-        pytest.skip("apt-get installed chromium but it is not on PATH")
+    found, why = installed("chromium", "chromium")
+    if found is None:
+        pytest.skip(f"headless Chromium: {why}")
+    sys.stderr.write(f"\n(chromium: {why})\n")
     return found
 
 

@@ -13,7 +13,6 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +27,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ralph_supervisor import control
-from ralph_supervisor.terminal import ScreenModes, Outlet, notice
+from ralph_supervisor.terminal import ScreenModes, Outlet
+from tests.helpers.debian import installed
 from tests.helpers.supervise import REPO, events, wait_for
 
 NOTICE = re.compile(rb"ralph-supervise: (\d+) bytes not shown on the terminal; child.log has everything\n")
@@ -288,6 +288,7 @@ def workspace(tmp_path: Path) -> Path:
 def supervisor_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **extra}
     env.pop("COLUMNS", None)
+    env.pop("LINES", None)
     return env
 
 
@@ -514,19 +515,10 @@ def stop_and_wait(state: Path, pid: int) -> None:
 
 def tmux_binary() -> str:
     """tmux, installed with apt-get when it is missing and we may (root); else skip, saying why."""
-    found = shutil.which("tmux")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("tmux is not installed and cannot be installed here (needs root and apt-get): "
-                    "`apt-get install tmux` to run this test")
-    for command in (["apt-get", "install", "-y", "-q", "tmux"], ["apt-get", "update", "-q"],
-                    ["apt-get", "install", "-y", "-q", "tmux"]):
-        subprocess.run(command, capture_output=True, timeout=600,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        if shutil.which("tmux"):
-            return shutil.which("tmux")  # type: ignore[return-value]
-    pytest.skip("tmux is not installed and `apt-get install tmux` failed")
+    found, why = installed("tmux", "tmux")
+    if found is None:
+        pytest.skip(why)
+    return found
 
 
 @pytest.mark.slow

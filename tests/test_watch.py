@@ -93,6 +93,13 @@ def state_dir(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True)
+def no_inherited_terminal_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames are laid out for a pipe (120 columns), whatever size the test runner's environment names."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 def frame(workspace: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]) -> str:
     assert watch.main(workspace, state_dir, once=True) == 0
     return capsys.readouterr().out
@@ -334,7 +341,8 @@ class LiveView:
         self.master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 120, 0, 0))
         env = {**os.environ, "TERM": "xterm-256color"}
-        env.pop("COLUMNS", None)
+        env.pop("COLUMNS", None)  # the pty's size, not a size inherited from whatever runs the tests
+        env.pop("LINES", None)
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave, env=env,
                                      close_fds=True)
         os.close(slave)

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers.debian import apt_get, apt_lock
+
 MEMBER = "./usr/bin/promtool"
 
 
@@ -34,8 +36,8 @@ def _works(path: Path | str) -> bool:
 
 
 def _apt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-    return subprocess.run(["apt-get", "-q", *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    with apt_lock():
+        return apt_get(*args, cwd=cwd)
 
 
 def find_promtool() -> tuple[str | None, str]:
