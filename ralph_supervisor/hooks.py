@@ -24,6 +24,8 @@ from pathlib import Path
 
 import structlog
 
+from ralph_supervisor.process.helpers import HELPERS
+
 log = structlog.get_logger(__name__)
 
 _TAIL_BYTES = 4096
@@ -62,9 +64,8 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0,
     try:
         # Its own process group (to kill it whole) but our session: the supervisor's reaper leaves
         # children of its own session alone, so the exit status stays ours to read.
-        proc = subprocess.Popen(cmd, shell=True, cwd=cwd, stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                process_group=0)
+        proc = HELPERS.popen(cmd, shell=True, cwd=cwd, stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, process_group=0)
     except OSError as exc:
         return HookResult(ok=False, code=None, timed_out=False, stderr_tail=f"cannot start hook: {exc}")
     if on_spawn is not None:
@@ -142,6 +143,8 @@ def run_hook(cmd: str, decision_json: str, *, cwd: Path, timeout: float = 30.0,
         close_stdin()
         sel.close()
         proc.stderr.close()
+        if proc.returncode is not None:
+            HELPERS.done(proc.pid)  # waited for: its pid may be reused
     code = proc.returncode
     text = tail.decode("utf-8", "replace").strip()
     if timed_out:
@@ -160,10 +163,7 @@ class HookRunner:
         self._timeout = timeout
         self._on_spawn = on_spawn
         self.pids: set[int] = set()
-        """Hooks still running (their pids lead their own process groups)."""
-
-    def is_hook(self, pid: int) -> bool:
-        return pid in self.pids
+        """Hooks still running (their pids lead their own process groups), for `kill_all`."""
 
     async def run(self, payload: str, iteration: int) -> HookResult | None:
         """Run the hook once with `payload` on its stdin; None when no hook is set. Logs `hook_failed`."""

@@ -32,21 +32,21 @@ from typing import Any
 
 import structlog
 
-from ralph_supervisor.text import one_line
 from ralph_supervisor.evidence.destruction import Destruction, DestructionWatch
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, read_text
 from ralph_supervisor.evidence.workspace import Change
+from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.settings import Settings
 from ralph_supervisor.snapshots import (
     SnapshotError,
     SnapshotInfo,
     SnapshotStore,
     exclude_lines,
-    helper_pids,
     human_size,
     restore_command,
     summary,
 )
+from ralph_supervisor.text import one_line
 
 log = structlog.get_logger(__name__)
 
@@ -166,7 +166,7 @@ class SnapshotKeeper:
         thread.join(CLOSE_WAIT_S)
         if thread.is_alive():
             self._warn("snapshot_unfinished", hint=f"the last snapshot took longer than {CLOSE_WAIT_S:.0f} s")
-            for pid in helper_pids():  # we leave: nothing of ours may outlive us
+            for pid in HELPERS.pids():  # we leave: nothing of ours may outlive us
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             thread.join(5.0)

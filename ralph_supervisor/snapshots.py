@@ -33,11 +33,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store as state_files
+from ralph_supervisor.process.helpers import HELPERS
 
 STORE_DIR = "snapshots"
 TRIPS_FILE = "trips.jsonl"
@@ -238,16 +237,6 @@ def read_summary(state_dir: Path) -> dict[str, Any] | None:
 
 # ------------------------------------------------------------------------------ running git
 
-_helpers: set[int] = set()
-_helpers_lock = threading.Lock()
-
-
-def helper_pids() -> frozenset[int]:
-    """The git processes running for snapshots now: not the supervised tree's, so never paused or stopped."""
-    with _helpers_lock:
-        return frozenset(_helpers)
-
-
 def find_git() -> str | None:
     return shutil.which("git")
 
@@ -298,17 +287,12 @@ class _Git:
         if command == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
         try:
-            proc = subprocess.Popen([self.git, *args], cwd=self.work_tree, env=env, close_fds=True,
-                                    stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = HELPERS.popen([self.git, *args], cwd=self.work_tree, env=env, close_fds=True,
+                                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
             raise SnapshotError(_errno_kind(exc), f"cannot run git: {exc.strerror or exc}") from None
-        with _helpers_lock:
-            _helpers.add(proc.pid)
         try:
-            # A tree pause that scanned in the moment before the pid was known may have stopped it.
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, signal.SIGCONT)
             try:
                 out, err = proc.communicate(input, timeout=GIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -316,8 +300,7 @@ class _Git:
                 proc.communicate()
                 raise SnapshotError("failed", f"git {command} did not finish in {GIT_TIMEOUT_S:.0f} s") from None
         finally:
-            with _helpers_lock:
-                _helpers.discard(proc.pid)
+            HELPERS.done(proc.pid)
         if proc.returncode not in ok:
             text = err.decode("utf-8", "replace").strip()
             last = text.splitlines()[-1] if text else f"exit code {proc.returncode}"
@@ -944,5 +927,5 @@ def exclude_lines(names: Collection[str], prefixes: Sequence[str], patterns: Seq
 
 __all__ = [
     "KINDS", "SnapshotError", "SnapshotInfo", "SnapshotStore", "classify_failure", "exclude_lines", "find_git",
-    "helper_pids", "human_size", "read_summary", "restore_command", "summary",
+    "human_size", "read_summary", "restore_command", "summary",
 ]

@@ -43,13 +43,24 @@ from ralph_supervisor import files, store
 from ralph_supervisor.breaker import Breaker, Decision, State
 from ralph_supervisor.container import proc_mount_problem
 from ralph_supervisor.control import ControlError, ControlServer, socket_path
-from ralph_supervisor.decisions import EXIT_FOR_GOOD, EXIT_STOP_REQUEST, Plan, plan_for, plan_for_request
+from ralph_supervisor.decisions import (
+    EXIT_FOR_GOOD,
+    EXIT_STOP_REQUEST,
+    Plan,
+    plan_for,
+    plan_for_request,
+)
 from ralph_supervisor.escalation import render_escalation
 from ralph_supervisor.evidence.analysis import OutputAnalysis
+from ralph_supervisor.evidence.calls import CallHooks, CallWatcher
 from ralph_supervisor.evidence.errors import error_set
 from ralph_supervisor.evidence.fingerprint import Returns
-from ralph_supervisor.evidence.calls import CallHooks, CallWatcher
-from ralph_supervisor.evidence.iterations import CallEvidence, IterationTracker, OutputResult, build_report
+from ralph_supervisor.evidence.iterations import (
+    CallEvidence,
+    IterationTracker,
+    OutputResult,
+    build_report,
+)
 from ralph_supervisor.evidence.silence import SilenceMeter
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import Chunk, OutputTap
@@ -58,24 +69,37 @@ from ralph_supervisor.files import child_log, events_jsonl, ledger_json, state_j
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor.hooks import HookRunner
-from ralph_supervisor.limit_wait import LimitWait, Wait
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
+from ralph_supervisor.limit_wait import LimitWait, Wait
 from ralph_supervisor.logging import configure_logging
 from ralph_supervisor.memory import release_free_memory, tune_allocator
-from ralph_supervisor.notify import Notifier, notice_for_child_exit, notice_for_limit_wait, notice_for_transition
+from ralph_supervisor.notify import (
+    Notifier,
+    notice_for_child_exit,
+    notice_for_limit_wait,
+    notice_for_transition,
+)
 from ralph_supervisor.process.linux import CLOCK_TICKS, ProcStat, set_child_subreaper
-from ralph_supervisor.process.orphans import MemberRecord, new_marker, record_path, sweep_orphans
+from ralph_supervisor.process.orphans import (
+    MemberRecord,
+    new_marker,
+    record_path,
+    sweep_orphans,
+)
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import spawn
 from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
+from ralph_supervisor.registry import register_supervisor
 from ralph_supervisor.report import ReportWriter, write_report
 from ralph_supervisor.report.sources import iteration_fields, started_fields
-from ralph_supervisor.registry import register_supervisor
-from ralph_supervisor.sdnotify import SystemdNotifier, environment_for_child, status_text
+from ralph_supervisor.sdnotify import (
+    SystemdNotifier,
+    environment_for_child,
+    status_text,
+)
 from ralph_supervisor.settings import Settings, thresholds_from
-from ralph_supervisor.snapshots import helper_pids
 from ralph_supervisor.terminal import Terminal
 from ralph_supervisor.tree_actions import TreeActions
 
@@ -144,7 +168,9 @@ class Supervisor:
         self.notifier = Notifier.from_settings(settings)
         self.metrics: Any = NullMetrics()
         if settings.metrics_port is not None or settings.metrics_textfile is not None:
-            from ralph_supervisor.metrics import Metrics  # prometheus_client only when asked for
+            from ralph_supervisor.metrics import (
+                Metrics,  # prometheus_client only when asked for
+            )
 
             self.metrics = Metrics(str(settings.workspace), settings.name)
             self.metrics.follow(lambda: self.breaker.snapshot().to_dict())  # read at each scrape or textfile
@@ -158,9 +184,9 @@ class Supervisor:
                                 on_spawn=self.reaper.leave_alone)  # run_hook waits for its own process
         # the workspace's snapshots; their git processes are never the tree's
         self.keeper = SnapshotKeeper(settings, on_destruction=self._destroying_threadsafe, metrics=lambda: self.metrics)
-        self.tree = ProcessTree(os.getpid(), self.reaper, exclude=lambda pid: self.hooks.is_hook(pid) or pid in helper_pids())
+        self.tree = ProcessTree(os.getpid(), self.reaper)  # helper processes (hooks, git) are never its members
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
-        self.report_writer = ReportWriter(self.state_dir, spawned=self.hooks.pids.add, done=self.hooks.pids.discard)
+        self.report_writer = ReportWriter(self.state_dir)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
                                    collect_exits=self._on_sigchld, extend_timeout=self.sd.extend_timeout,
                                    terminal=self.terminal, leader=lambda: self.child.pid if self.child else None)

@@ -367,3 +367,40 @@ def test_stop_terms_the_loops_group_first_and_kills_refused_newcomers_at_once(su
     assert result.refused == 1
     lines = dict(line.split() for line in log.read_text().splitlines())
     assert float(lines["work"]) - float(lines["loop"]) >= 0.9, "the rest is TERMed at half the grace, not with the loop"
+
+
+def test_a_helper_started_while_the_tree_is_paused_and_resumed_is_never_frozen(subreaper: Reaper, tmp_path: Path) -> None:
+    """Helpers (git for snapshots, hooks) start while pauses scan the tree; none may be taken for the loop's."""
+    import subprocess
+
+    from ralph_supervisor.process.helpers import HELPERS
+
+    tree = ProcessTree(os.getpid(), subreaper)
+    _start(subreaper, ["bash", "-c", "while :; do sleep 0.01; done"], tmp_path)
+    wait_for_members(tree, 1)
+    stuck: list[int] = []
+    done = threading.Event()
+
+    def helpers() -> None:
+        while not done.is_set():
+            proc = HELPERS.popen(["sleep", "0.002"], stdin=subprocess.DEVNULL)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                stuck.append(proc.pid)
+                proc.kill()
+                proc.wait()
+            finally:
+                HELPERS.done(proc.pid)
+
+    thread = threading.Thread(target=helpers)
+    thread.start()
+    try:
+        for _ in range(300):  # without the lock of helpers.py about one cycle in 150 froze a helper
+            tree.pause()
+            tree.resume()
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    assert stuck == [], f"{len(stuck)} helper(s) frozen with the tree"
+    assert tree.stop(GRACE).survivors == ()

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import structlog
 
+from ralph_supervisor.process.helpers import HELPERS, Helpers
 from ralph_supervisor.process.linux import (
-    descendant_stats,
     CLOCK_TICKS,
     ProcStat,
     all_stats,
     create_time_to_ticks,
+    descendant_stats,
     read_stat,
     signal_if_same,
 )
@@ -132,10 +133,12 @@ class ProcessTree:
         exclude: Callable[[int], bool] | None = None,
         on_members_changed: Callable[[TreeChanges], None] | None = None,
         kill_timeout: float = 2.0,
+        helpers: Helpers = HELPERS,
     ) -> None:
         self._root = supervisor_pid
         self._reaper = reaper
-        self._exclude = exclude
+        self._helpers = helpers
+        self._exclude = (lambda pid: pid in helpers or exclude(pid)) if exclude is not None else helpers.__contains__
         self._on_members_changed = on_members_changed
         self._kill_timeout = kill_timeout
         self._lock = threading.Lock()
@@ -221,16 +224,17 @@ class ProcessTree:
         signalled: set[tuple[int, int]] = set()
         refused: set[tuple[int, int]] = set()
         seen: set[tuple[int, int]] = set()
-        stats = self._scan_stats()
-        seen.update((s.pid, s.start_ticks) for s in stats)
         deadline = started + grace
         wake = self._paused
-        head = next((s for s in stats if s.pid == leader), None) if leader is not None else None
-        everyone = head is None
-        if head is not None:
-            self._term([s for s in stats if s.pgid == head.pgid], signalled, wake=wake)
-        else:
-            self._term(stats, signalled, wake=wake)
+        with self._helpers.lock:  # each scan and its signals: no helper starts in between (helpers.py)
+            stats = self._scan_stats()
+            seen.update((s.pid, s.start_ticks) for s in stats)
+            head = next((s for s in stats if s.pid == leader), None) if leader is not None else None
+            everyone = head is None
+            if head is not None:
+                self._term([s for s in stats if s.pgid == head.pgid], signalled, wake=wake)
+            else:
+                self._term(stats, signalled, wake=wake)
         self._paused = False
         half = started + grace / 2
         pause_s = 0.005
@@ -240,21 +244,22 @@ class ProcessTree:
                 break
             pause_s = min(pause_s * 2, 0.05)
             self._reaper.reap()
-            stats = self._scan_stats()
-            fresh = [s for s in stats if (s.pid, s.start_ticks) not in seen]
-            seen.update((s.pid, s.start_ticks) for s in fresh)
-            if refuse is not None:
-                for stat in fresh:
-                    if refuse(stat) and signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
-                        refused.add((stat.pid, stat.start_ticks))
-                        signalled.add((stat.pid, stat.start_ticks))
-            if not everyone and (time.monotonic() >= half or not any(s.pid == leader for s in stats)):
-                everyone = True
-                pause_s = 0.005
-            if everyone:
-                rest = [s for s in stats if (s.pid, s.start_ticks) not in signalled]
-                if rest:
-                    self._term(rest, signalled, wake=wake)
+            with self._helpers.lock:
+                stats = self._scan_stats()
+                fresh = [s for s in stats if (s.pid, s.start_ticks) not in seen]
+                seen.update((s.pid, s.start_ticks) for s in fresh)
+                if refuse is not None:
+                    for stat in fresh:
+                        if refuse(stat) and signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
+                            refused.add((stat.pid, stat.start_ticks))
+                            signalled.add((stat.pid, stat.start_ticks))
+                if not everyone and (time.monotonic() >= half or not any(s.pid == leader for s in stats)):
+                    everyone = True
+                    pause_s = 0.005
+                if everyone:
+                    rest = [s for s in stats if (s.pid, s.start_ticks) not in signalled]
+                    if rest:
+                        self._term(rest, signalled, wake=wake)
         survivors: list[ProcStat] = []
         if stats:
             survivors = self._kill_until_empty(signalled)
@@ -288,13 +293,14 @@ class ProcessTree:
         Clocks keep running while paused: GNU `timeout` around an agent call counts the pause, so a
         pause longer than the call's timeout ends that call right after resume()."""
         stopped: dict[tuple[int, int], ProcStat] = {}
-        for _ in range(50):
-            fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
-            if not fresh:
-                break
-            for stat in fresh:
-                if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
-                    stopped[(stat.pid, stat.start_ticks)] = stat
+        with self._helpers.lock:  # no helper may start between a scan and its SIGSTOPs (helpers.py)
+            for _ in range(50):
+                fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
+                if not fresh:
+                    break
+                for stat in fresh:
+                    if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
+                        stopped[(stat.pid, stat.start_ticks)] = stat
         self._paused = True
         _await_stopped(list(stopped.values()), timeout=0.5)
         return len(stopped)
@@ -302,9 +308,10 @@ class ProcessTree:
     def resume(self) -> int:
         """SIGCONT every member, children before parents (the reverse of pause); return the count."""
         count = 0
-        for stat in reversed(self._scan_stats()):
-            if signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT):
-                count += 1
+        with self._helpers.lock:
+            for stat in reversed(self._scan_stats()):
+                if signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT):
+                    count += 1
         self._paused = False
         return count
 
@@ -352,16 +359,17 @@ class ProcessTree:
         pause_s = 0.001
         while True:
             self._reaper.reap()
-            stats = self._scan_stats()
-            if not stats:
-                self._reaper.reap()  # whoever turned zombie after the reap above
-                return []
-            if time.monotonic() >= deadline:
-                log.warning("tree_kill_incomplete", survivors=[(s.pid, s.name, s.state) for s in stats])
-                return stats
-            for stat in stats:  # parents first: a killed parent forks no more
-                if signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
-                    signalled.add((stat.pid, stat.start_ticks))
+            with self._helpers.lock:
+                stats = self._scan_stats()
+                if not stats:
+                    self._reaper.reap()  # whoever turned zombie after the reap above
+                    return []
+                if time.monotonic() >= deadline:
+                    log.warning("tree_kill_incomplete", survivors=[(s.pid, s.name, s.state) for s in stats])
+                    return stats
+                for stat in stats:  # parents first: a killed parent forks no more
+                    if signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
+                        signalled.add((stat.pid, stat.start_ticks))
             time.sleep(pause_s)
             pause_s = min(pause_s * 2, 0.02)
 

@@ -59,17 +59,16 @@ def parse_since(text: str, now: float) -> float:
 
 
 def collect(state_dir: Path, *, since: float | None = None, now: float | None = None, git: bool = True,
-            spawned: Callable[[int], None] | None = None, done: Callable[[int], None] | None = None,
             records: Records | None = None) -> Account:
     """Read the state folder (and the workspace's git) into the account of its latest run, or of every
-    run since `since`. `spawned`/`done` see the pid of each git process (see `sources.read_git`)."""
+    run since `since`."""
     moment = time.time() if now is None else now
     records = read_records(state_dir) if records is None else records
     runs = choose_runs(split_runs(records.events), since, moment)
     facts = GitFacts(note="not asked for")
     if git:
         workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(state_dir.parent)
-        facts = read_git(Path(workspace), runs[0].started_at if runs else None, spawned=spawned, done=done)
+        facts = read_git(Path(workspace), runs[0].started_at if runs else None)
     html = state_dir / REPORT_FILE
     return build_account(records, runs, facts, now=moment, since=since,
                          report_html=str(html) if html.exists() else "")
@@ -100,13 +99,11 @@ def write_html(account: Account, path: Path) -> int:
     return len(data)
 
 
-def write_report(state_dir: Path, *, spawned: Callable[[int], None] | None = None,
-                 done: Callable[[int], None] | None = None,
-                 still_wanted: Callable[[], bool] | None = None) -> Path | None:
+def write_report(state_dir: Path, *, still_wanted: Callable[[], bool] | None = None) -> Path | None:
     """`state_dir/report.html` from what the folder holds now (its latest run); None when `still_wanted`
     said no just before writing (a newer report is on its way)."""
     path = state_dir / REPORT_FILE
-    account = collect(state_dir, spawned=spawned, done=done)
+    account = collect(state_dir)
     page = render_html(dataclasses.replace(account, report_html=str(path))).encode("utf-8")
     if still_wanted is not None and not still_wanted():
         return None
@@ -119,15 +116,13 @@ class ReportWriter:
 
     `request()` returns at once; requests that arrive while a render runs are folded into one more render
     after it (the newest state is what counts). A failed render is logged once per kind of error, never
-    raised. `spawned`/`done` are told each git process's pid (the supervisor keeps them out of its tree).
+    raised. Its git processes are helpers (`process/helpers.py`): never part of the loop's tree.
     A render holds a long run's records for a moment (about 60 MiB at 10,000 iterations); the freed heap
     is handed back to the system after each render.
     """
 
-    def __init__(self, state_dir: Path, *, spawned: Callable[[int], None] | None = None,
-                 done: Callable[[int], None] | None = None) -> None:
+    def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
-        self._spawned, self._done = spawned, done
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-report")
         self._lock = threading.Lock()
         self._pending: concurrent.futures.Future[None] | None = None
@@ -147,8 +142,7 @@ class ReportWriter:
         from ralph_supervisor.memory import release_free_memory
 
         try:
-            if write_report(self.state_dir, spawned=self._spawned, done=self._done,
-                            still_wanted=lambda: not self._closing) is not None:
+            if write_report(self.state_dir, still_wanted=lambda: not self._closing) is not None:
                 self.written += 1
         except Exception as exc:  # noqa: BLE001 - a report is a courtesy; supervision goes on
             kind = type(exc).__name__

@@ -15,15 +15,20 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor.files import escalation_md, events_jsonl, history_jsonl, ledger_json, state_json
+from ralph_supervisor.files import (
+    escalation_md,
+    events_jsonl,
+    history_jsonl,
+    ledger_json,
+    state_json,
+)
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.iteration import IterationReport
-
+from ralph_supervisor.process.helpers import HELPERS
 
 EVENTS_READ = frozenset({
     "orphans_swept", "supervisor_started", "child_started", "child_exited", "iteration_started",
@@ -117,7 +122,9 @@ def read_records(state_dir: Path) -> Records:
 
 
 def _snapshots(state_dir: Path) -> dict[str, Any] | None:
-    from ralph_supervisor.snapshots import read_summary  # git runs only when a store exists
+    from ralph_supervisor.snapshots import (
+        read_summary,  # git runs only when a store exists
+    )
 
     try:
         return read_summary(state_dir)
@@ -177,22 +184,17 @@ class GitFacts:
     note: str = ""
 
 
-Spawned = Callable[[int], None]
-
-
-def _git(workspace: Path, args: list[str], deadline: float, spawned: Spawned | None,
-         done: Spawned | None) -> str:
-    """One read-only git command; raises RuntimeError with a one-line reason."""
+def _git(workspace: Path, args: list[str], deadline: float) -> str:
+    """One read-only git command (a helper process: never part of the loop's tree); raises RuntimeError with
+    a one-line reason."""
     # GIT_OPTIONAL_LOCKS=0: `git diff` and `status` would otherwise refresh and rewrite the index, racing
     # the agent's own git commands (git-config(1), "GIT_OPTIONAL_LOCKS").
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_TERMINAL_PROMPT="0")
     try:
-        proc = subprocess.Popen(["git", "-C", str(workspace), *args], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, process_group=0)
+        proc = HELPERS.popen(["git", "-C", str(workspace), *args], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, process_group=0)
     except OSError as exc:
         raise RuntimeError(f"git cannot run ({exc.strerror or exc})") from None
-    if spawned is not None:
-        spawned(proc.pid)
     try:
         out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -200,20 +202,18 @@ def _git(workspace: Path, args: list[str], deadline: float, spawned: Spawned | N
         proc.communicate()
         raise RuntimeError("git took too long") from None
     finally:
-        if done is not None:
-            done(proc.pid)
+        HELPERS.done(proc.pid)
     if proc.returncode != 0:
         lines = err.decode("utf-8", "replace").strip().splitlines()
         raise RuntimeError(lines[-1][:200] if lines else f"git exited {proc.returncode}")
     return out.decode("utf-8", "replace")
 
 
-def read_git(workspace: Path, since: float | None, *, timeout: float = GIT_TIMEOUT,
-             spawned: Spawned | None = None, done: Spawned | None = None) -> GitFacts:
+def read_git(workspace: Path, since: float | None, *, timeout: float = GIT_TIMEOUT) -> GitFacts:
     """What git says changed in `workspace` since `since` (epoch seconds): commits and the diffstat.
 
     The base is the newest commit on HEAD older than `since` (commit dates, as `git rev-list --before`
-    reads them). `spawned`/`done` see each git process's pid (the supervisor keeps them out of its tree).
+    reads them)..
     """
     if since is None:
         return GitFacts(note="the run's start time is unknown")
@@ -222,20 +222,19 @@ def read_git(workspace: Path, since: float | None, *, timeout: float = GIT_TIMEO
     deadline = time.monotonic() + timeout
     stamp = f"@{int(since)}"
     try:
-        head = _git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD"], deadline, spawned, done).strip()
+        head = _git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD"], deadline).strip()
     except RuntimeError:
         return GitFacts(note="the repository has no commit yet")
     try:
-        base = _git(workspace, ["rev-list", "-1", f"--before={stamp}", head], deadline, spawned, done).strip()
+        base = _git(workspace, ["rev-list", "-1", f"--before={stamp}", head], deadline).strip()
         span = f"{base}..{head}" if base else head
-        log = _git(workspace, ["log", "--no-color", "--format=%h %s", f"-{GIT_LOG_ROWS}", span],
-                   deadline, spawned, done)
-        count = _git(workspace, ["rev-list", "--count", span], deadline, spawned, done).strip()
+        log = _git(workspace, ["log", "--no-color", "--format=%h %s", f"-{GIT_LOG_ROWS}", span], deadline)
+        count = _git(workspace, ["rev-list", "--count", span], deadline).strip()
         # Against the empty tree when the repository was born during the run.
-        against = base or _git(workspace, ["hash-object", "-t", "tree", "/dev/null"], deadline, spawned, done).strip()
-        short = _git(workspace, ["diff", "--no-color", "--shortstat", against, head], deadline, spawned, done)
-        stat = _git(workspace, ["diff", "--no-color", "--stat=100", against, head], deadline, spawned, done)
-        dirty = _git(workspace, ["status", "--porcelain=v1", "--untracked-files=normal"], deadline, spawned, done)
+        against = base or _git(workspace, ["hash-object", "-t", "tree", "/dev/null"], deadline).strip()
+        short = _git(workspace, ["diff", "--no-color", "--shortstat", against, head], deadline)
+        stat = _git(workspace, ["diff", "--no-color", "--stat=100", against, head], deadline)
+        dirty = _git(workspace, ["status", "--porcelain=v1", "--untracked-files=normal"], deadline)
     except RuntimeError as exc:
         return GitFacts(note=f"git: {exc}")
     commits = tuple((line.partition(" ")[0], line.partition(" ")[2]) for line in log.splitlines() if line.strip())
