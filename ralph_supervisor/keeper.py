@@ -150,22 +150,26 @@ class SnapshotKeeper:
         if held is not None and trigger != "manual":
             self._submit(("mark", held.id, trigger))
 
-    def close(self, iteration: int) -> None:
-        """The supervisor exits: a last snapshot of what changed since the last one, then stop (bounded)."""
+    def close(self, iteration: int, *, last: bool = True) -> None:
+        """The supervisor exits: a last snapshot of what changed since the last one (unless `last` is false:
+        a second signal leaves at once), then stop (bounded)."""
         thread = self._thread
         if thread is None:
             return
         with self._lock:
             changed = self._pending is None or bool(self._pending)
             queued = bool(self._jobs) and self._jobs[-1][0] == "snapshot"  # it reads the files as they are
-        if changed and not queued and self.state != "off":
+            if not last:
+                self._jobs.clear()
+        if last and changed and not queued and self.state != "off":
             self._submit(("snapshot", iteration, "exit"))
         with self._wake:
             self._closing = True
             self._wake.notify_all()
-        thread.join(CLOSE_WAIT_S)
+        wait_s = CLOSE_WAIT_S if last else 0.5
+        thread.join(wait_s)
         if thread.is_alive():
-            self._warn("snapshot_unfinished", hint=f"the last snapshot took longer than {CLOSE_WAIT_S:.0f} s")
+            self._warn("snapshot_unfinished", hint=f"the snapshot under way took longer than {wait_s:g} s")
             for pid in HELPERS.pids():  # we leave: nothing of ours may outlive us
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)

@@ -154,6 +154,8 @@ class Supervisor:
         self.child: ChildInfo | None = None
         self.reports: deque[IterationReport] = deque(maxlen=RECENT_REPORTS)
         self._signals = 0
+        self.hurry = False
+        """A second signal: leave at once (the shutdown waits for nothing)."""
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_pending = False
         self._started_wall = time.time()
@@ -279,23 +281,27 @@ class Supervisor:
         _EARLY_SIGNALS.clear()
 
     async def _shutdown(self) -> None:
+        """Stop what is left and close every part. After a second signal (`hurry`) nothing is waited for:
+        no last call report, no last snapshot or report, no notice still on its way."""
         if self.tree.scan():
             await self.actions.stop("supervisor_exit", self.tracker.number)
+        wait_s = 0.0 if self.hurry else SHUTDOWN_WAIT_SECONDS
         try:  # the call a stop cut short is still reported
-            await asyncio.wait_for(self.calls.finish_current(), SHUTDOWN_WAIT_SECONDS)
+            await asyncio.wait_for(self.calls.finish_current(), max(0.01, wait_s))
         except (asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001
-            log.warning("call_reports_unfinished", error=repr(exc))
+            if not self.hurry:
+                log.warning("call_reports_unfinished", error=repr(exc))
         self.calls.close()
         self.tap.detach_all()
         self._on_sigchld()
-        deadline = time.monotonic() + SHUTDOWN_WAIT_SECONDS
+        deadline = time.monotonic() + wait_s
         for task in list(self._background):
             try:
-                await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - time.monotonic()))
+                await asyncio.wait_for(asyncio.shield(task), max(0.01, deadline - time.monotonic()))
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001
                 pass
-        await asyncio.to_thread(self.report_writer.close)  # a render in flight ends before the one at exit
-        await asyncio.to_thread(self.keeper.close, self.tracker.number)  # the last snapshot
+        await asyncio.to_thread(self.report_writer.close, 0.0 if self.hurry else 10.0)
+        await asyncio.to_thread(self.keeper.close, self.tracker.number, last=not self.hurry)
         self.hooks.kill_all()  # a hook still running when we leave is cut off (its runner thread then returns)
         if self.control is not None:
             await self.control.close()
@@ -304,7 +310,7 @@ class Supervisor:
         await asyncio.to_thread(self.analysis.close)  # never block the loop: the worker may be handing off to it
         self._save()
         self._write_metrics_textfile(force=True)
-        self.notifier.close()
+        self.notifier.close(0.0 if self.hurry else 2.0)
         self.metrics.close()
         self.sd.stopping()
         self.child_log.close()
@@ -399,6 +405,7 @@ class Supervisor:
             self._spawn_task(self._stop_and_exit(code, "signal"))
         else:
             log.warning("signal_received", signal=signal.Signals(signum).name, action="kill the tree now")
+            self.hurry = True
             self.actions.kill_now("second_signal", self.tracker.number)
             self.hooks.kill_all()
             self._finish(code)
@@ -817,8 +824,11 @@ def write_report_at_exit(state_dir: Path) -> None:
         log.warning("report_unwritable", error=str(exc)[:300])
 
 
-async def _supervise(settings: Settings, terminal: Terminal) -> int:
-    return await Supervisor(settings, terminal).run()
+async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:
+    """Supervise; the exit code, and whether a second signal asked to leave at once."""
+    supervisor = Supervisor(settings, terminal)
+    code = await supervisor.run()
+    return code, supervisor.hurry
 
 
 _EARLY_SIGNALS: list[int] = []
@@ -860,18 +870,19 @@ def run_supervisor(settings: Settings) -> int:
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
     events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr)
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
-    code = 1
+    code, hurried = 1, False
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
         (log.warning if swept else log.info)("orphans_swept", count=swept)
-        code = asyncio.run(_supervise(settings, terminal))
+        code, hurried = asyncio.run(_supervise(settings, terminal))
     except Exception as exc:  # noqa: BLE001 - one clear line, exit 1
         log.exception("supervisor_failed", error=str(exc))
         print(f"ralph-supervise: internal error: {exc}", file=sys.stderr)
         code = 1
     finally:
         log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
-        write_report_at_exit(settings.state_dir)
+        if not hurried:
+            write_report_at_exit(settings.state_dir)
         terminal.close()
         if registration is not None:
             registration.remove()
