@@ -137,9 +137,11 @@ class SnapshotKeeper:
             self._watching = self._watch.enabled
 
     def iteration_ended(self, number: int, *, events_lost: bool = False) -> None:
-        """The iteration's report is in: snapshot the workspace it left (a full look when events were lost)."""
+        """The iteration's report is in: snapshot the workspace it left (a full look when events were lost).
+        With short calls the next one may have begun already: its deletions are still watched."""
         with self._lock:
-            self._watching = False
+            if number >= self._iteration:
+                self._watching = False
             if events_lost:
                 self._pending = None
         self._submit(("snapshot", number, "iteration"))

@@ -175,3 +175,20 @@ def test_a_broken_store_is_moved_aside_with_one_warning_and_snapshots_go_on(ws: 
     assert len(corrupt) == 1 and "snapshots.corrupt-" in corrupt[0]["moved_to"]
     assert [i.iteration for i in SnapshotStore(ws, state).list()] == [0, 1]
     assert keeper.status()["state"] == "on"
+
+
+def test_a_short_calls_late_report_does_not_stop_the_watch_over_the_next_call(ws: Path) -> None:
+    """With exact call boundaries the next call may begin before the previous one's report is in."""
+    for i in range(9):
+        (ws / f"f{i}.py").write_text(f"{i}\n")
+    keeper, reasons = keeper_for(ws, destructive_files=5)
+    keeper.start(0)
+    keeper.iteration_ended(1)
+    assert keeper.idle(30)
+    keeper.iteration_started(2)
+    keeper.iteration_started(3)  # call 3 began ...
+    keeper.iteration_ended(2)    # ... before call 2's report
+    for i in range(9):
+        keeper.saw(Change(f"f{i}.py", 0.0, held(b"%d\n" % i), ABSENT))
+    assert len(reasons) == 1 and reasons[0].startswith("iteration 3 deleted or emptied")
+    keeper.close(3)
