@@ -51,3 +51,12 @@ def test_bytes_sources_and_errors_are_counted_per_chunk_up_to_the_error_cap() ->
     assert call.output_bytes == sum(len(f"line {n}") + 1 for n in range(iterations.MAX_ERROR_LINES + 5)) + 1
     assert call.error_lines == [f"Error: {n}" for n in range(iterations.MAX_ERROR_LINES)]
     assert call.sources == {"stdout"}
+
+
+def test_the_waits_ralphs_loop_announces_are_read_with_their_length() -> None:
+    from ralph_supervisor.evidence.iterations import announced_wait
+
+    assert announced_wait("\x1b[0;34m[2026-12-01 10:12:03] [INFO] Sleeping for 2877 seconds until next hour...\x1b[0m") == 2877
+    assert announced_wait("[2026-12-01 10:12:03] [INFO] Waiting 60 minutes before retrying...") == 3600
+    assert announced_wait("Time until reset: 00:47:56") is None
+    assert announced_wait("I was sleeping for 3 seconds") is None  # not the loop's words

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,21 @@ def test_a_loop_that_never_reaches_its_agent_stalls_with_its_last_errors(tmp_pat
     assert opened["trigger"] == "stall" and "no agent call started" in opened["reason"]
     assert "sandbox not reachable" in opened["reason"]
     assert finished(ws) == []
+
+
+@pytest.mark.slow
+def test_a_wait_the_loop_announces_is_no_stall_but_the_silence_after_it_is(tmp_path: Path) -> None:
+    """Ralph's loop waits out its hourly call limit and says so ("Sleeping for N seconds until next hour..."):
+    not reaching the agent meanwhile is no stall; going on not reaching it after the wait is."""
+    ws = workspace(tmp_path)
+    script = ("echo '[2026-12-01 10:00:00] [INFO] Sleeping for 3 seconds until next hour...'; sleep 3; "
+              "echo 'Rate limit reset! Ready for new calls.'; sleep 600")
+    began = time.monotonic()
+    result = run(ws, *FAST, "--stall", "1.5", "--on-open", "stop", "--", "bash", "-c", script, timeout=60)
+    assert result.returncode == 2
+    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"][0]
+    assert opened["trigger"] == "stall" and "no agent call started" in opened["reason"]
+    assert time.monotonic() - began >= 3 + 1.5  # not before the announced wait was over, plus --stall
 
 
 @pytest.mark.slow

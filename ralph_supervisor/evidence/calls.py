@@ -620,10 +620,12 @@ class CallWatcher:
 
     def waiting_since(self) -> float | None:
         """Since when the loop has run without an agent call (None while one runs, in marker mode, or
-        after a usage-limited call: the loop is probably waiting for the limit to reset)."""
+        after a usage-limited call: the loop is probably waiting for the limit to reset). During a wait
+        the loop announced, a time in the future."""
         if self.tracker.marker is not None or self.tracker.current is not None or self._last_usage_limited:
             return None
-        return self._idle_since
+        # A wait the loop announced (Ralph's hourly call limit) counts from its end, not from the last call.
+        return max(self._idle_since, self.tracker.loop_wait_until)
 
     def _gap_threadsafe(self, delta: Any) -> None:
         self._call_soon(self._gap, delta)

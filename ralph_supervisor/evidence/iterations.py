@@ -148,6 +148,9 @@ class IterationTracker:
         self._closing: dict[int, CallEvidence] = {}
         """Calls that ended but whose last output may still be in analysis, by number."""
         self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS)
+        self.loop_wait_until = 0.0
+        """Until when (wall clock) the loop said it waits on purpose (Ralph's hourly call limit, its retry
+        after a usage limit): not reaching the agent meanwhile is no stall."""
         """The last error lines of output that was no call's (the loop's own)."""
 
     @property
@@ -221,6 +224,10 @@ class IterationTracker:
         # Read while no call ran: the loop's own output, or a call's whose start is not processed yet (it
         # claims it when it starts), or the last call's late words (it claims them when it reports).
         self.loop_errors.extend(result.errors)
+        if result.text is not None:
+            seconds = announced_wait(result.text)
+            if seconds is not None:
+                self.loop_wait_until = max(self.loop_wait_until, result.read_at + seconds)
         self._pending.append(result)
         self._pending_bytes += result.nbytes
         while self._pending and (self._pending_bytes > PENDING_MAX_BYTES
@@ -255,6 +262,21 @@ class IterationTracker:
             else:
                 kept.append(result)
         self._pending = kept
+
+
+_ANNOUNCED_WAIT = re.compile(
+    r"\bSleeping for (\d{1,6}) seconds\b|\bWaiting (\d{1,5}) minutes? before retrying\b")
+"""What Ralph's loop (frankbria/ralph-claude-code, ralph_loop.sh) prints before it waits on purpose: for its
+hourly call limit (`wait_for_reset`: "Sleeping for N seconds until next hour...") and after an agent's
+usage limit ("Waiting 60 minutes before retrying...")."""
+
+
+def announced_wait(text: str) -> float | None:
+    """Seconds the loop says it will now wait without calling its agent (the last such line), else None. Pure."""
+    found = None
+    for match in _ANNOUNCED_WAIT.finditer(text):
+        found = float(match.group(1)) if match.group(1) else float(match.group(2)) * 60.0
+    return found
 
 
 def marker_pieces(block: bytes, text: str, marker: re.Pattern[str]) -> list[tuple[bytes, str, bool]]:
