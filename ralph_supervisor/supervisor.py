@@ -217,7 +217,7 @@ class Supervisor:
         # the calls: announced by the shims on PATH, or sampled from the tree (evidence/calls.py)
         self.calls = CallWatcher(self.tracker, self.workspace, self._ws_pool, settings.iteration_process,
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
-                                           settle_output=self._settle_output, read_output=self.tap.read_now))
+                                           settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
         self._child_env = self.calls.prepare(self.state_dir, self._child_environment())
 

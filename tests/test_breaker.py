@@ -713,3 +713,15 @@ def test_a_destructive_open_survives_state_json() -> None:
     b.destructive_open("iteration 1 deleted 30 files", 5.0)
     restored = Breaker.from_dict(Thresholds(), json.loads(json.dumps(b.to_dict())))
     assert restored.trigger == "destructive" and restored.seconds_until_half_open(10**6) is None
+
+
+def test_a_run_of_failures_is_named_by_its_newest_error_even_when_the_last_call_said_nothing() -> None:
+    b = Breaker(only(max_failures=3))
+    refused = ("Error: connect ECONNREFUSED 127.0.0.1:443",)
+    decisions = run(b, [report(1, failed=True, error_lines=refused), report(2, failed=True),
+                        report(3, failed=True)])
+    assert decisions[-1].trigger == "consecutive-failures" and "ECONNREFUSED" in decisions[-1].reason
+    b = Breaker(only(max_failures=2))
+    decisions = run(b, [report(1, failed=True, error_lines=refused), report(2), report(3, failed=True),
+                        report(4, failed=True)])
+    assert decisions[-1].trigger == "consecutive-failures" and "ECONNREFUSED" not in decisions[-1].reason

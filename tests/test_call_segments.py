@@ -86,7 +86,7 @@ def test_the_wait_for_a_call_counts_from_the_loops_start_or_the_last_thaw_never_
     from ralph_supervisor.evidence.calls import CallHooks, CallWatcher
 
     hooks = CallHooks(started=lambda call, now: None, build=lambda *a, **k: None, report=None,  # type: ignore[arg-type]
-                      settle_output=None, read_output=lambda at: None)  # type: ignore[arg-type]
+                      settle_output=None, marks=dict)  # type: ignore[arg-type]
     calls = CallWatcher(IterationTracker(["claude"], None), None, None, ["claude"], hooks)  # type: ignore[arg-type]
     calls.child_started(100.0)
     assert calls.waiting_since() == 100.0

@@ -140,7 +140,7 @@ def test_usage_limit_replies_do_not_count(tmp_path: Path) -> None:
     assert len(finished) + len(refused) == 3 and len(finished) >= 2 and all(e["usage_limited"] for e in finished)
     assert state_of(state_dir)["state"] == "CLOSED"
     waits = events(state_dir, "limit_wait_started")
-    assert len(waits) >= 2 and all(w["known_reset"] for w in waits)  # the third may come after the loop's exit
+    assert waits and all(w["known_reset"] for w in waits)  # the last limited call may end after the loop exits
     assert len(events(state_dir, "limit_wait_ended")) == len(waits)  # a frozen loop cannot exit: each wait ended
 
 

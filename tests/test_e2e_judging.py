@@ -28,15 +28,20 @@ def agent_loop(tmp_path: Path, agent_body: str, calls: int = 12) -> tuple[Path, 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     claude = bin_dir / "claude"
-    claude.write_text("#!/bin/sh\nsleep 0.6\n" + agent_body)  # seen by the tree sampler before it acts
+    claude.write_text("#!/bin/sh\n" + agent_body)
     claude.chmod(claude.stat().st_mode | stat.S_IXUSR)
-    loop = ["bash", "-c", f'export PATH="{bin_dir}:$PATH"; for n in $(seq {calls}); do '
-                          f'N=$n claude -p go --output-format json; sleep 0.05; done']
+    # 0.3 s between calls, as a loop does (the pipe is shared: words of calls ms apart may change hands)
+    loop = ["bash", "-c", f'for n in $(seq {calls}); do N=$n claude -p go --output-format json; sleep 0.3; done']
     return workspace, loop
 
 
+def agent_path(workspace: Path) -> dict[str, str]:
+    """The fake agent first on PATH (behind the supervisor's shims, which find it there)."""
+    return {"PATH": f"{workspace.parent / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
 def supervise(workspace: Path, loop: list[str], *args: str) -> tuple[int, Path]:
-    done = run(workspace, *FAST, *args, "--", *loop, timeout=90)
+    done = run(workspace, *FAST, *args, "--", *loop, env=agent_path(workspace), timeout=90)
     return done.returncode, workspace / ".ralph-supervise"
 
 
@@ -103,7 +108,8 @@ def test_a_usage_limit_freezes_the_tree_until_it_resets_and_resume_ends_the_wait
         'if [ "$N" -eq 1 ]; then echo "Claude AI usage limit reached|$(( $(date +%s) + 3600 ))"; exit 1; fi\n'
         f"printf '{RESULT}\\n' \"implemented step $N\"\n"
         'echo "step $N" > "step$N.txt"\n'), calls=2)
-    proc = start(workspace, *FAST, "--", *loop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start(workspace, *FAST, "--", *loop, env=agent_path(workspace), stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
     state_dir = workspace / ".ralph-supervise"
 
     def cli(*args: str) -> str:

@@ -434,6 +434,7 @@ class Breaker:
             consecutive_no_progress=0,
             consecutive_same_error=0,
             consecutive_failures=0,
+            failure_error="",
             opened_at=None,
             cooldown_s=self._clamp_cooldown(self.thresholds.cooldown_s),
             final=False,

@@ -111,15 +111,21 @@ def blocked(report: IterationReport) -> Fired | None:
     return Fired("blocked", f"iteration {report.number} is blocked: {one_line(what)}; retrying cannot help")
 
 
-def consecutive_failures(count: int, report: IterationReport, t: Thresholds) -> tuple[int, Fired | None]:
-    """Failed calls in a row (any other counted call ends the run of them)."""
-    count = count + 1 if report.failed else 0
+def consecutive_failures(count: int, last_error: str, report: IterationReport,
+                         t: Thresholds) -> tuple[int, str, Fired | None]:
+    """Failed calls in a row (any other counted call ends the run of them). `last_error` is the newest error
+    line of the run, so the reason names what fails even when the last call's own words were lost."""
+    if not report.failed:
+        return 0, "", None
+    count += 1
+    last_error = report.first_error or last_error
     if t.max_failures <= 0 or count < t.max_failures:
-        return count, None
-    detail = f": {one_line(report.first_error)}" if report.first_error else ""
+        return count, last_error, None
+    detail = f": {one_line(last_error)}" if last_error else ""
     if report.timed_out:
-        detail = f": timed out{'; ' + one_line(report.first_error) if report.first_error else ''}"
-    return count, Fired("consecutive-failures", f"{count} failed agent calls in a row (threshold {t.max_failures}){detail}")
+        detail = f": timed out{'; ' + one_line(last_error) if last_error else ''}"
+    return count, last_error, Fired("consecutive-failures",
+                                    f"{count} failed agent calls in a row (threshold {t.max_failures}){detail}")
 
 
 def same_error(
@@ -250,7 +256,7 @@ def judge(s: Snapshot, report: IterationReport, t: Thresholds) -> tuple[Snapshot
     """Apply a counted (not neutral) iteration to every rule: the snapshot with the rules' new counters and
     windows, and every rule that fired, in precedence order."""
     fired: list[Fired | None] = [blocked(report)]
-    failures, failed = consecutive_failures(s.consecutive_failures, report, t)
+    failures, failure_error, failed = consecutive_failures(s.consecutive_failures, s.failure_error, report, t)
     errors, same, repeated = same_error(s.recent_error_sets, report, t)
     stuck, idle = no_progress(s.consecutive_no_progress, report, t)
     replies, blockers, restated = paraphrase(s.recent_reply_words, s.recent_reply_blockers, report, t)
@@ -259,6 +265,7 @@ def judge(s: Snapshot, report: IterationReport, t: Thresholds) -> tuple[Snapshot
     judged = replace(
         s,
         consecutive_failures=failures,
+        failure_error=failure_error,
         consecutive_same_error=same,
         consecutive_no_progress=stuck,
         recent_error_sets=errors,

@@ -39,6 +39,8 @@ class Snapshot:
     consecutive_no_progress: int = 0
     consecutive_same_error: int = 0
     consecutive_failures: int = 0
+    failure_error: str = ""
+    """The newest error line of the current run of failed calls."""
     opened_at: float | None = None
     total_opens: int = 0
     cooldown_s: float = 0.0
@@ -67,6 +69,7 @@ class Snapshot:
             "consecutive_no_progress": self.consecutive_no_progress,
             "consecutive_same_error": self.consecutive_same_error,
             "consecutive_failures": self.consecutive_failures,
+            "failure_error": self.failure_error,
             "opened_at": self.opened_at,
             "total_opens": self.total_opens,
             "cooldown_s": self.cooldown_s,
@@ -112,6 +115,7 @@ class Snapshot:
             consecutive_no_progress=_int_field(d, "consecutive_no_progress"),
             consecutive_same_error=_int_field(d, "consecutive_same_error"),
             consecutive_failures=_int_field(d, "consecutive_failures"),
+            failure_error=_str_field(d, "failure_error"),
             opened_at=_opt_float_field(d, "opened_at"),
             total_opens=_int_field(d, "total_opens"),
             cooldown_s=_float_field(d, "cooldown_s"),

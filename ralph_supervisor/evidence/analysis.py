@@ -34,7 +34,7 @@ Deliver = Callable[[list[OutputResult]], None]
 
 def unread(chunk: Chunk) -> OutputResult:
     """A chunk's findings when none of its lines were read: its bytes, source and time, no text."""
-    return OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, None, ())
+    return OutputResult(chunk.source, len(chunk.data), chunk.tag, chunk.read_at, None, (), offset=chunk.offset)
 
 
 def analyse(chunk: Chunk, lines: bytes | None, marker: re.Pattern[str] | None) -> list[OutputResult]:
@@ -49,8 +49,9 @@ def analyse(chunk: Chunk, lines: bytes | None, marker: re.Pattern[str] | None) -
         # Bytes apportioned by lines; the last piece takes the rest, so the chunk's total stays exact.
         nbytes = rest if index == len(pieces) - 1 else min(rest, len(raw) + 1)
         rest -= nbytes
+        at = None if chunk.offset is None else chunk.offset + len(chunk.data) - rest - nbytes
         results.append(OutputResult(chunk.source, nbytes, chunk.tag, chunk.read_at, piece_text,
-                                    tuple(error_lines_in_chunk(raw)), starts))
+                                    tuple(error_lines_in_chunk(raw)), starts, at))
     return results
 
 

@@ -75,8 +75,9 @@ class CallHooks:
     """A call's report, in call order, to judge."""
     settle_output: Callable[[], Awaitable[None]]
     """Read what the pipes and tailed files hold now and wait until the analysis has seen it."""
-    read_output: Callable[[float], None]
-    """Read what the pipes hold now, as written by the given time (a call was announced then)."""
+    marks: Callable[[], dict[str, int]]
+    """Any thread: how far each pipe's stream was written by now (`OutputTap.marks`): a call's output is
+    what lies between its start and end marks."""
 
 
 @dataclass
@@ -94,6 +95,10 @@ class _Running:
     """The exits thread saw it exit (and marked its end)."""
     exited_at: float | None = None
     """When it saw that (wall clock): output read later is not the call's while it ran."""
+    start_marks: dict[str, int] | None = None
+    """The pipes' stream offsets when its notice was read (the agent had not printed yet)."""
+    end_marks: dict[str, int] | None = None
+    """The same, the moment it exited."""
 
 
 class _Exits:
@@ -175,6 +180,8 @@ class CallWatcher:
         self._cut_short: set[tuple[int, float]] = set()
         self._identities: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...]]] = {}
         self._idle_since = time.time()
+        self._last_end_marks: dict[str, int] | None = None
+        """The pipes' marks at the last call's end (any thread writes it; a dict is replaced whole)."""
         self._last_usage_limited = False
         self._exits: _Exits | None = None
         self._announced: dict[int, float] = {}
@@ -227,7 +234,15 @@ class CallWatcher:
         if notice is None:
             return None
         real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
+        marks = self.hooks.marks() if real else None  # first: the agent is still starting, it printed nothing yet
         stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
+        if running is not None:
+            if running.exited:  # over before we looked (a crash in a millisecond): what it printed lies
+                running.start_marks = self._last_end_marks or {}  # after the last call's end, before now
+                running.end_marks = marks
+            else:
+                running.start_marks = marks
+            self._last_end_marks = marks
         if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
             self._let_go(running)
             return None
@@ -332,10 +347,6 @@ class CallWatcher:
                         note="one call at a time: this one is not an iteration of its own")
             self._let_go(held)
             return
-        if notice.at is not None:
-            # What waits in the pipes was written before this call began (an agent takes longer than this
-            # to start and print): read it now, or it would be read later and taken for this call's.
-            self.hooks.read_output(notice.at - 1e-6)
         if not queued:  # read by the tick: no segment opened in the queue, so open one now
             self.pool.submit(self.workspace.begin_iteration, held.key)
         # A call whose process is already gone (a crash in a millisecond) still ran: it begins and ends here.
@@ -449,7 +460,9 @@ class CallWatcher:
             if announced_at is None:  # sampled: its start from the kernel's clock (create_time is a second off)
                 announced_at = max(now - process_age(stat.start_ticks), self._idle_since)
         call = self.tracker.start(time.monotonic(), announced_at or now, stat.pid if stat else pid,
-                                  stat.create_time if stat else None, name, argv, announced_at=announced_at)
+                                  stat.create_time if stat else None, name, argv, announced_at=announced_at,
+                                  start_marks=running.start_marks)
+        call.end_marks = running.end_marks  # it may have exited before the event loop began it
         running.call = call
         self._running = running
         identity = (stat.pid, stat.create_time) if stat is not None else None
@@ -465,10 +478,13 @@ class CallWatcher:
 
     def _exited_threadsafe(self, running: _Running) -> None:
         """The exits thread: close the call's segment now, then tell the event loop."""
+        if running.start_marks is not None:
+            running.end_marks = self._last_end_marks = self.hooks.marks()
         running.exited_at = time.time()
         running.exited = True
         self.workspace.mark_call_end(running.key)
         if running.call is not None:
+            running.call.end_marks = running.end_marks
             running.call.ended_wall = running.exited_at  # routing sees the end before the event loop does
         self._call_soon(self._exit_seen, running)
 

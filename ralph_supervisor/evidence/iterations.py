@@ -77,6 +77,8 @@ class OutputResult:
     errors: tuple[str, ...]
     starts: bool = False
     """Marker mode: this output begins with a marker line, so a new iteration begins with it."""
+    offset: int | None = None
+    """Where its bytes lie in their pipe's stream (see `OutputTap.marks`); None for a tailed file."""
 
 
 @dataclass
@@ -103,6 +105,19 @@ class CallEvidence:
     """When the call's process ended (None: still running)."""
     announced_at: float | None = None
     """When its shim announced it (exact, unlike the process start time, which the kernel keeps in ticks)."""
+    start_marks: dict[str, int] | None = None
+    """Announced calls: how far each pipe had been written when it began (its output lies after)."""
+    end_marks: dict[str, int] | None = None
+    """... and when it ended (its output lies before). Without marks, output is told by when it was read."""
+
+    def owns(self, result: OutputResult) -> bool | None:
+        """By position in the stream: is this output the call's? None when the call has no marks for it."""
+        if self.start_marks is None or result.offset is None or result.source not in self.start_marks:
+            return None
+        if result.offset < self.start_marks[result.source]:
+            return False
+        end = (self.end_marks or {}).get(result.source)
+        return end is None or result.offset < end
 
     @property
     def begins_at(self) -> float:
@@ -159,14 +174,17 @@ class IterationTracker:
         return self.current.number if self.current is not None else 0
 
     def start(self, now: float, wall: float, pid: int | None = None, create_time: float | None = None,
-              name: str = "", argv: Sequence[str] = (), announced_at: float | None = None) -> CallEvidence:
+              name: str = "", argv: Sequence[str] = (), announced_at: float | None = None,
+              start_marks: dict[str, int] | None = None) -> CallEvidence:
         self.number += 1
-        call = CallEvidence(self.number, now, wall, pid, create_time, name, tuple(argv), announced_at=announced_at)
+        call = CallEvidence(self.number, now, wall, pid, create_time, name, tuple(argv), announced_at=announced_at,
+                            start_marks=start_marks)
         self.current = call
         if create_time is not None or announced_at is not None:
             kept: deque[OutputResult] = deque()
             for result in self._pending:  # read before we knew of it, after it started: its own
-                if result.read_at >= call.begins_at:
+                owns = call.owns(result)
+                if owns or (owns is None and result.read_at >= call.begins_at):
                     call.add(result)
                     self._pending_bytes -= result.nbytes
                 else:
@@ -235,10 +253,18 @@ class IterationTracker:
             self._pending_bytes -= self._pending.popleft().nbytes
 
     def _owner(self, result: OutputResult) -> CallEvidence | None:
-        """The call that was running when this output was read (the latest start before the read)."""
+        """The call whose stretch of the stream holds this output; for calls without marks, the call that was
+        running when it was read (the latest start before the read)."""
         best: CallEvidence | None = None
         for call in (*self._closing.values(), self.current):
-            if call is None or call.begins_at > result.read_at:
+            if call is None:
+                continue
+            owns = call.owns(result)
+            if owns is not None:
+                if owns:
+                    return call
+                continue
+            if call.begins_at > result.read_at:
                 continue
             if call.ended_wall is not None and result.read_at > call.ended_wall:
                 continue
@@ -256,7 +282,10 @@ class IterationTracker:
         nxt = self.current.begins_at if self.current is not None and self.current is not call else None
         kept: deque[OutputResult] = deque()
         for result in self._pending:
-            if call.begins_at <= result.read_at <= until and (nxt is None or result.read_at < nxt):
+            owns = call.owns(result)
+            if owns is None:
+                owns = call.begins_at <= result.read_at <= until and (nxt is None or result.read_at < nxt)
+            if owns:
                 call.add(result)
                 self._pending_bytes -= result.nbytes
             else:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import struct
+import termios
 import threading
 import time
 from collections import deque
@@ -108,6 +110,8 @@ class Chunk:
     read_at: float
     """Wall-clock time of the read (comparable with a process's create time)."""
     final: bool = False
+    offset: int | None = None
+    """Where the chunk's first byte lies in its stream (bytes of that pipe before it); None for a tailed file."""
 
 
 @dataclass
@@ -252,6 +256,13 @@ class OutputTap:
         self._open: dict[int, str] = {}
         self._all_closed: asyncio.Event | None = None
         self.last_seq = 0
+        self._offsets: dict[int, int] = {}
+        """Bytes read so far, per pipe (the next chunk's stream offset)."""
+        self._cuts: dict[int, list[int]] = {}
+        """Per pipe, stream offsets handed out by `marks()` not yet read past: a chunk is split there, so
+        each chunk lies wholly before or after every mark."""
+        self._reading = threading.Lock()
+        """Held around each read and its offset, and by `marks()` (other threads): a mark is exact."""
 
     def attach(self, fd: int, source: str) -> None:
         """Start reading `fd` (non-blocking) on the running loop."""
@@ -264,19 +275,44 @@ class OutputTap:
         except OSError:
             pass
         os.set_blocking(fd, False)
-        self._open[fd] = source
+        with self._reading:
+            self._open[fd] = source
+            self._offsets[fd] = 0
+            self._cuts[fd] = []
         loop.add_reader(fd, self._readable, fd)
 
-    def _readable(self, fd: int, written_by: float | None = None) -> None:
+    def marks(self) -> dict[str, int]:
+        """Any thread: for each pipe, the stream offset up to which its bytes were written by now (what was
+        read plus what waits unread in the pipe). An agent call's start and end are marked this way, so
+        what a call printed is told apart from its neighbours' by position, not by when it was read."""
+        found: dict[str, int] = {}
+        with self._reading:
+            for fd, source in self._open.items():
+                try:
+                    waiting = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+                except OSError:
+                    waiting = 0
+                offset = self._offsets[fd] + waiting
+                found[source] = offset
+                if waiting:
+                    self._cuts[fd].append(offset)
+        return found
+
+    def _readable(self, fd: int) -> None:
         source = self._open.get(fd)
         if source is None:
             return
-        try:
-            data = os.read(fd, READ_SIZE)  # cheap for short reads too: see ralph_supervisor/memory.py
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
+        with self._reading:
+            try:
+                data = os.read(fd, READ_SIZE)  # cheap for short reads too: see ralph_supervisor/memory.py
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            offset = self._offsets.get(fd, 0)
+            self._offsets[fd] = offset + len(data)
+            cuts = self._cuts.get(fd)
+            pieces = _split(data, offset, cuts) if cuts else None
         if not data:
             self._close(fd, source)
             return
@@ -288,22 +324,28 @@ class OutputTap:
         self.log.write(data)
         if self.echo is not None:
             self.echo(data)
-        read_at = time.time() if written_by is None else min(time.time(), written_by)
-        self.last_seq = self.queue.submit(Chunk(source, data, self._tag(), read_at))
+        read_at = time.time()
+        tag = self._tag()
+        if pieces is None:
+            self.last_seq = self.queue.submit(Chunk(source, data, tag, read_at, offset=offset))
+        else:
+            for at, piece in pieces:
+                self.last_seq = self.queue.submit(Chunk(source, piece, tag, read_at, offset=at))
         if self._on_bytes is not None:
             self._on_bytes(len(data))
 
-    def read_now(self, written_by: float | None = None) -> None:
-        """Read what each pipe holds right now (an agent call just ended: its last words are in there).
-        `written_by`: what is read was written by then (an agent call was announced at that time, and
-        what waits in the pipe was written before it), so the chunks carry that time instead of now."""
+    def read_now(self) -> None:
+        """Read what each pipe holds right now (an agent call just ended: its last words are in there)."""
         for fd in list(self._open):
-            self._readable(fd, written_by)
+            self._readable(fd)
 
     def _close(self, fd: int, source: str) -> None:
         loop = asyncio.get_running_loop()
         loop.remove_reader(fd)
-        del self._open[fd]
+        with self._reading:
+            del self._open[fd]
+            self._offsets.pop(fd, None)
+            self._cuts.pop(fd, None)
         try:
             os.close(fd)
         except OSError:
@@ -331,3 +373,19 @@ class OutputTap:
                 pass
             if fd in self._open:
                 self._close(fd, source)
+
+
+def _split(data: bytes, offset: int, cuts: list[int]) -> list[tuple[int, bytes]] | None:
+    """`data` (read at stream `offset`) cut at the marks inside it, as (offset, bytes) pieces; None when
+    no mark falls inside. Marks at or before the data's end are used up (removed from `cuts`)."""
+    end = offset + len(data)
+    inside = sorted({c for c in cuts if offset < c < end})
+    cuts[:] = [c for c in cuts if c > end]
+    if not inside:
+        return None
+    pieces = []
+    start = offset
+    for cut in [*inside, end]:
+        pieces.append((start, data[start - offset:cut - offset]))
+        start = cut
+    return pieces

@@ -186,7 +186,8 @@ AGENT_OUTPUTS = (
 
 
 SNAPSHOT_KEYS = ["state", "trigger", "reason", "iteration", "consecutive_no_progress", "consecutive_same_error",
-                 "consecutive_failures", "opened_at", "total_opens", "cooldown_s", "tokens_used", "cost_used", "final",
+                 "consecutive_failures", "failure_error", "opened_at", "total_opens", "cooldown_s", "tokens_used",
+                 "cost_used", "final",
                  "changed_at",
                  "trial_after", "trial_iteration", "trial_started_at", "recent_error_sets", "recent_reply_words",
                  "recent_reply_blockers",
@@ -230,6 +231,7 @@ SNAPSHOTS = st.builds(
     consecutive_no_progress=st.integers(0, 100),
     consecutive_same_error=st.integers(0, 100),
     consecutive_failures=st.integers(0, 100),
+    failure_error=st.text(max_size=30),
     opened_at=FINITE,
     total_opens=st.integers(0, 100),
     cooldown_s=FINITE,
