@@ -25,8 +25,6 @@ from ralph_supervisor.settings import (
     parse_flag,
 )
 
-SUBCOMMANDS = ("run", "status", "reset", "pause", "resume", "stop", "check", "watch", "report", "ls", "snapshots",
-               "restore")
 USAGE = """\
 ralph-supervise [run] [OPTIONS] -- COMMAND [ARG...]   spawn COMMAND and supervise it
 ralph-supervise status [--json | --tmux] [-w DIR]     breaker and child status

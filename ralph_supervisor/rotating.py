@@ -41,7 +41,6 @@ class RotatingFile:
         self.keep = max(0, total_bytes // self.max_bytes - 1)
         self.whole_lines = whole_lines
         self.dropped_bytes = 0
-        self.written_bytes = 0
         self._on_error = on_error
         self._failed = False
         self._fd: int | None = None
@@ -88,7 +87,6 @@ class RotatingFile:
                 piece = view if self.whole_lines else view[:room]
                 written = os.write(fd, piece)
                 self._size += written
-                self.written_bytes += written
                 view = view[written:]
             if self._failed:
                 self._failed = False

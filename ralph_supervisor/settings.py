@@ -359,7 +359,6 @@ class Settings:
     workspace: Path
     state_dir: Path
     command: tuple[str, ...] = ()
-    config_file: Path | None = None
     echo: bool | None = None
     no_progress: int = _default("no_progress")
     same_error: int = _default("same_error")
@@ -525,7 +524,6 @@ def load_settings(
         workspace=root,
         state_dir=state,
         command=command,
-        config_file=config_path,
         echo=echo,
         sources=sources,
         **{k: v for k, v in merged.items() if k in known},

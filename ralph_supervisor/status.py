@@ -15,10 +15,6 @@ from ralph_supervisor.files import history_jsonl, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.values import local_clock
 
-STATUS_KEYS = ("state", "trigger", "reason", "iteration", "consecutive_no_progress", "consecutive_same_error",
-               "consecutive_failures", "total_opens", "tokens_used", "cost_usd", "limit_until", "final")
-
-
 def _from_state_file(state_dir: Path) -> tuple[dict[str, Any], str | None]:
     """The breaker part of the status from `state.json`, validated like the supervisor reads it.
 

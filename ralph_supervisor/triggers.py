@@ -3,13 +3,11 @@
 A leaf module: the breaker, the metrics, the escalation summary, the docs and the tests all read the
 names from here, so a trigger cannot be spelled or ordered differently in two places.
 
-    >>> first_by_precedence(["no-progress", "same-error"])
+    >>> sorted(["no-progress", "same-error"], key=rank)[0]
     'same-error'
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 PRECEDENCE: tuple[str, ...] = (
     "blocked",
@@ -53,8 +51,3 @@ def rank(trigger: str) -> int:
         return PRECEDENCE.index(trigger)
     except ValueError:
         return len(PRECEDENCE)
-
-
-def first_by_precedence(triggers: Iterable[str]) -> str | None:
-    """The trigger reported when all of `triggers` fired together."""
-    return min(triggers, key=rank, default=None)

@@ -29,7 +29,7 @@ from tests.helpers.trees import (  # noqa: F401 - subreaper is a fixture
 from ralph_supervisor.process.linux import read_stat
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import spawn
-from ralph_supervisor.process.tree import Member, ProcessTree, TreeChanges, walk
+from ralph_supervisor.process.tree import Member, ProcessTree, walk
 
 GRACE = 0.5
 
@@ -177,7 +177,8 @@ def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again
     wait_for(lambda: busy_pid.exists() and busy_pid.read_text().strip() != "", 10, "the busy loop")
     wait_for_members(tree, 5)
     busy = next(m for m in tree.scan() if m.pid == int(busy_pid.read_text()))
-    wait_for(lambda: tree.cpu_seconds([busy.pid]) > 0.02, 10, "the busy loop to burn some CPU")
+    wait_for(lambda: (stat := read_stat(busy.pid)) is not None and stat.cpu_ticks > 2, 10,
+             "the busy loop to burn some CPU")
 
     count = tree.pause()
 
@@ -258,46 +259,10 @@ def test_excluded_processes_and_their_children_are_left_alone(subreaper: Reaper,
     assert len(everything) == 2  # the helper bash and its sleep
 
 
-def test_subtree_and_its_cpu_follow_one_call_and_its_children(subreaper: Reaper, tmp_path: Path) -> None:
-    tree = ProcessTree(os.getpid(), subreaper)
-    script = f"sleep 1000 & bash -c 'sleep 1000 & {BUSY_LOOP}' & wait"
-    root = _start(subreaper, ["bash", "-c", script], tmp_path)
-    wait_for_members(tree, 4)
-    call = next(m for m in tree.scan() if m.name == "bash" and m.ppid == root)
-
-    sub = tree.subtree(call.pid)
-
-    assert sub[0] == call
-    assert [m.name for m in sub[1:]] == ["sleep"]
-    first = tree.cpu_seconds([call.pid])
-    wait_for(lambda: tree.cpu_seconds([call.pid]) > first, 5, "the call's CPU to grow")
-    assert tree.cpu_seconds() >= tree.cpu_seconds([call.pid]) - 0.05
-    assert tree.subtree(999_999_999) == []
-    assert tree.stop(GRACE).survivors == ()
-
-
-def test_changes_report_members_that_appeared_and_departed(subreaper: Reaper, tmp_path: Path) -> None:
-    seen: list[TreeChanges] = []
-    tree = ProcessTree(os.getpid(), subreaper, on_members_changed=seen.append)
-    assert tree.changes() == TreeChanges()
-    pid = _start(subreaper, ["sleep", "1000"], tmp_path)
-    wait_for_members(tree, 1)
-
-    appeared = tree.changes()
-
-    assert [m.pid for m in appeared.appeared] == [pid] and appeared.departed == ()
-    assert tree.stop(GRACE).survivors == ()
-    departed = tree.changes()
-    assert departed.appeared == () and [m.pid for m in departed.departed] == [pid]
-    assert [m.pid for c in seen for m in c.appeared] == [pid]
-    assert [m.pid for c in seen for m in c.departed] == [pid]
-
-
 def test_stop_and_pause_of_an_empty_tree_do_nothing(subreaper: Reaper) -> None:
     tree = ProcessTree(os.getpid(), subreaper)
     assert tree.stop(5.0).survivors == () and tree.stop(5.0).duration_ms < 1000
     assert tree.pause() == 0 and tree.resume() == 0
-    assert tree.cpu_seconds() == 0.0
 
 
 @pytest.mark.parametrize("excluded", [False, True])

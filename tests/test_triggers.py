@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ralph_supervisor.triggers import CAPS, FINAL, MANUAL, PRECEDENCE, TRIGGERS, first_by_precedence
+from ralph_supervisor.triggers import CAPS, FINAL, MANUAL, PRECEDENCE, TRIGGERS, rank
 
 
 def test_precedence_follows_the_documented_order() -> None:
@@ -26,5 +26,5 @@ def test_precedence_follows_the_documented_order() -> None:
 
 def test_caps_and_blocked_are_final_and_the_first_by_precedence_wins() -> None:
     assert FINAL == CAPS | {"blocked"}
-    assert first_by_precedence(["max-iterations", "no-progress", "same-error"]) == "same-error"
-    assert first_by_precedence([]) is None
+    assert sorted(["max-iterations", "no-progress", "same-error"], key=rank)[0] == "same-error"
+    assert rank("not-a-trigger") == len(PRECEDENCE)

@@ -628,10 +628,6 @@ class CallWatcher:
             except OSError as exc:
                 log.warning("shims_cannot_refuse", error=str(exc))
 
-    @property
-    def holding(self) -> str | None:
-        return self._holding
-
     # ------------------------------------------------------------------ between calls
 
     def waiting_since(self) -> float | None:

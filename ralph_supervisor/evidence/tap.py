@@ -117,10 +117,6 @@ class Chunk:
 @dataclass
 class TapCounters:
     bytes_read: int = 0
-    chunks_read: int = 0
-    analysis_dropped_bytes: int = 0
-    analysis_lag_bytes: int = 0
-    cut_lines: int = 0
     last_output_at: float = field(default_factory=time.monotonic)
 
 
@@ -319,7 +315,6 @@ class OutputTap:
         now = time.monotonic()
         counters = self.counters
         counters.bytes_read += len(data)
-        counters.chunks_read += 1
         counters.last_output_at = now
         self.log.write(data)
         if self.echo is not None:

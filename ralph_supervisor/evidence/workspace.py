@@ -47,7 +47,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,8 +72,6 @@ PRIME_MAX_BYTES = 512 * 1024 * 1024
 PRIME_CTIME_MARGIN_NS = 100_000_000
 """Files whose inode changed less than this before the watch began are not primed (file times are
 stamped from a coarse clock, a few ms behind `time.time_ns()`)."""
-CHANGE_HISTORY = 10_000
-"""Change times kept for `changes_since` (stall detection only asks "any change lately?")."""
 
 ABSENT = b""
 """The state of a path that does not exist (a real state, unlike `None` = never seen)."""
@@ -119,8 +116,6 @@ class WorkspaceDelta:
     paths: tuple[str, ...]
     """Sorted sample (at most `PATH_SAMPLE`) of the changed paths, relative to the workspace."""
     commits: int
-    head_before: str
-    head_after: str
     events_lost: bool = False
     """The kernel dropped events (inotify queue overflow): `files_changed` is a lower bound."""
     fingerprint: int = 0
@@ -149,8 +144,8 @@ class _Segment:
         refs_after = self.refs_after or self.refs
         changed = sorted(path for path, begin in self.touched.items() if begin is None or after.get(path) != begin)
         return WorkspaceDelta(files_changed=len(changed), paths=tuple(changed[:PATH_SAMPLE]),
-                              commits=count_commits(self.refs, refs_after), head_before=self.refs.head,
-                              head_after=refs_after.head, events_lost=self.events_lost, fingerprint=self.fingerprint)
+                              commits=count_commits(self.refs, refs_after),
+                              events_lost=self.events_lost, fingerprint=self.fingerprint)
 
 
 CLOSED_SEGMENTS = 64
@@ -342,7 +337,7 @@ class Workspace:
     """Watches a workspace folder and tells, per iteration, what changed in it.
 
     Thread model: inotify events (or polling scans) are handled on one watcher thread; the
-    supervisor calls `begin_iteration`, `end_iteration` and `changes_since` from its own thread.
+    supervisor calls `begin_iteration` and `end_iteration` from its own thread.
     `begin_iteration` and `end_iteration` block briefly (a few ms; at most about a second, or one
     scan in polling mode) so that events already queued by the kernel are counted in the right
     iteration: call them off the event loop (`asyncio.to_thread`).
@@ -377,13 +372,11 @@ class Workspace:
         self._closed: dict[str, _Segment] = {}
         self.on_gap: Callable[[WorkspaceDelta], None] | None = None
         """Told what changed between two calls (on the thread that closed the gap)."""
-        self._calls_dir: Path | None = None
         self._calls_wd: int | None = None
         self._on_notice: Callable[[str], str | None] | None = None
         self._at_barrier: dict[int, Callable[[], None]] = {}
         self._last_hashed: dict[str, float] = {}
         self._stale: set[str] = set()
-        self._changes: deque[float] = deque(maxlen=CHANGE_HISTORY)
         self._fingerprint = Fingerprint()
         self._started = False
         self._stopped = False
@@ -496,7 +489,7 @@ class Workspace:
             segment = self._closed.pop(key, None)
         if segment is None:
             with self._lock:
-                return WorkspaceDelta(0, (), 0, "", "", fingerprint=self._fingerprint.value)
+                return WorkspaceDelta(0, (), 0, fingerprint=self._fingerprint.value)
         return segment.delta()
 
     def close_gap(self) -> None:
@@ -530,20 +523,7 @@ class Workspace:
             log.warning("watcher_calls_unwatched", directory=str(directory), error=str(exc))
             self._on_notice = None
             return False
-        self._calls_dir = Path(directory)
         return True
-
-    def changes_since(self, t: float) -> int:
-        """How many changes were recorded after monotonic time `t` (bounded by the kept history)."""
-        count = 0
-        with self._lock:
-            for at in reversed(self._changes):
-                if at <= t:
-                    break
-                count += 1
-        return count
-
-    # ---------------------------------------------------------------- segments
 
     def _open_segment(self, key: str | None) -> None:
         """Close the open segment (a gap is handed to `on_gap`) and open `key`'s."""
@@ -615,7 +595,6 @@ class Workspace:
             self._known[path] = state
             if state == ABSENT:
                 self._absent.add(path)
-            self._changes.append(now)
         if self._on_change is not None:
             try:
                 self._on_change(Change(path, now, prev, state))

@@ -22,7 +22,6 @@ import structlog
 
 from ralph_supervisor.process.helpers import HELPERS, Helpers
 from ralph_supervisor.process.linux import (
-    CLOCK_TICKS,
     ProcStat,
     all_stats,
     create_time_to_ticks,
@@ -34,7 +33,6 @@ from ralph_supervisor.process.reaper import Reaper
 
 log = structlog.get_logger(__name__)
 
-_MAX_CHANGES = 10_000
 _STOPPED_STATES = ("T", "t")
 
 
@@ -61,18 +59,6 @@ class StopResult:
     """Distinct processes that received TERM or KILL."""
     refused: int = 0
     """Agent calls that started during the stop and were killed at once."""
-
-
-@dataclass(frozen=True)
-class TreeChanges:
-    """Members that appeared / departed between two scans, accumulated since the last changes() call.
-
-    A short-lived member may be in both. Only what some scan saw can be reported: a process born
-    and gone between two scans is invisible.
-    """
-
-    appeared: tuple[Member, ...] = ()
-    departed: tuple[Member, ...] = ()
 
 
 def member_of(stat: ProcStat) -> Member:
@@ -131,7 +117,6 @@ class ProcessTree:
         supervisor_pid: int,
         reaper: Reaper,
         exclude: Callable[[int], bool] | None = None,
-        on_members_changed: Callable[[TreeChanges], None] | None = None,
         kill_timeout: float = 2.0,
         helpers: Helpers = HELPERS,
     ) -> None:
@@ -139,12 +124,8 @@ class ProcessTree:
         self._reaper = reaper
         self._helpers = helpers
         self._exclude = (lambda pid: pid in helpers or exclude(pid)) if exclude is not None else helpers.__contains__
-        self._on_members_changed = on_members_changed
         self._kill_timeout = kill_timeout
         self._lock = threading.Lock()
-        self._known: dict[tuple[int, int], Member] = {}
-        self._appeared: dict[tuple[int, int], Member] = {}
-        self._departed: dict[tuple[int, int], Member] = {}
         self._paused = False
         self._kill_requested = threading.Event()
 
@@ -167,35 +148,7 @@ class ProcessTree:
             excluded = {s.pid for s in stats if self._exclude(s.pid)}
             if excluded:
                 stats = walk(stats, [self._root], self._exclude)
-        self._note(stats)
         return stats
-
-    def subtree(self, root_pid: int) -> list[Member]:
-        """A process and its live descendants (the root first), e.g. one agent call."""
-        return [member_of(stat) for stat in walk(all_stats(), [root_pid], self._exclude, include_roots=True)]
-
-    def cpu_seconds(self, pids: Iterable[int] | None = None) -> float:
-        """User+system CPU of the live members (or of the subtrees rooted at `pids`), including what
-        their already-reaped children used.
-
-        A snapshot, not a counter: when a member whose CPU was not collected by a parent inside the
-        tree exits, the total drops. Compare two samples with max(0, later - earlier).
-        """
-        if pids is None:
-            stats = self._scan_stats()
-        else:
-            stats = walk(all_stats(), list(pids), self._exclude, include_roots=True)
-        return sum(stat.cpu_ticks for stat in stats) / CLOCK_TICKS
-
-    def changes(self, rescan: bool = True) -> TreeChanges:
-        """Members that appeared and departed since the previous call (after a fresh scan)."""
-        if rescan:
-            self._scan_stats()
-        with self._lock:
-            result = TreeChanges(tuple(self._appeared.values()), tuple(self._departed.values()))
-            self._appeared.clear()
-            self._departed.clear()
-        return result
 
     @property
     def paused(self) -> bool:
@@ -318,32 +271,7 @@ class ProcessTree:
     # --- inside --------------------------------------------------------------------------------
 
     def _scan_stats(self) -> list[ProcStat]:
-        stats = walk(all_stats(), [self._root], self._exclude)
-        self._note(stats)
-        return stats
-
-    def _note(self, stats: list[ProcStat]) -> None:
-        """Diff against the previous scan, for changes() and on_members_changed."""
-        current = {(s.pid, s.start_ticks): s for s in stats}
-        with self._lock:
-            appeared = {key: member_of(s) for key, s in current.items() if key not in self._known}
-            departed = {key: m for key, m in self._known.items() if key not in current}
-            if not appeared and not departed:
-                return
-            for key in departed:
-                del self._known[key]
-            self._known.update(appeared)
-            for key, member in appeared.items():
-                if len(self._appeared) < _MAX_CHANGES:
-                    self._appeared[key] = member
-            for key, member in departed.items():
-                if len(self._departed) < _MAX_CHANGES:
-                    self._departed[key] = member
-        if self._on_members_changed is not None:
-            try:
-                self._on_members_changed(TreeChanges(tuple(appeared.values()), tuple(departed.values())))
-            except Exception:  # a bad callback must not break a stop
-                log.exception("tree_callback_failed")
+        return walk(all_stats(), [self._root], self._exclude)
 
     def _term(self, stats: list[ProcStat], signalled: set[tuple[int, int]], wake: bool) -> None:
         for stat in stats:
