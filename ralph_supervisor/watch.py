@@ -100,7 +100,7 @@ class CurrentIteration:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Frame:
     """Everything one frame shows, read at one moment."""
 
     workspace: str
@@ -295,7 +295,7 @@ def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
 # Pure: rendering
 
 
-def render(snap: Snapshot, now: float) -> RenderableType:
+def render(snap: Frame, now: float) -> RenderableType:
     return Group(
         _header(snap, now),
         _timeline_table(snap.iterations),
@@ -305,7 +305,7 @@ def render(snap: Snapshot, now: float) -> RenderableType:
     )
 
 
-def _header(snap: Snapshot, now: float) -> Panel:
+def _header(snap: Frame, now: float) -> Panel:
     view = snap.breaker
     state = as_text(view.get("state"), 20) or "CLOSED"
     grid = Table.grid(padding=(0, 2))
@@ -434,7 +434,7 @@ def _process_table(rows: tuple[ProcessRow, ...], live: bool) -> Table:
     return table
 
 
-def _footer(snap: Snapshot, now: float) -> Text:
+def _footer(snap: Frame, now: float) -> Text:
     text = Text(f"updated {clock(now)}   state folder {snap.state_dir}", style="dim")
     if not snap.state_dir_exists:
         text.append("\nthe state folder does not exist yet: waiting for a supervisor", style="yellow")
@@ -572,7 +572,7 @@ class Watcher:
         self._started = JsonlFollower(self.state_dir / "events.jsonl", is_supervisor_started, 1)
         self._history = JsonlFollower(self.state_dir / "history.jsonl", lambda r: True, TRANSITION_ROWS)
 
-    def snapshot(self, now: float) -> Snapshot:
+    def frame(self, now: float) -> Frame:
         notes: list[str] = []
         exists = self.state_dir.is_dir()
         state, note = read_state(self.state_dir / "state.json")
@@ -589,7 +589,7 @@ class Watcher:
             if follower.corrupt_lines:
                 notes.append(f"{follower.corrupt_lines} unreadable line(s) in {follower.path.name} skipped")
         tree, self._cpu = with_cpu_rates(processes(status), self._cpu, now)
-        return Snapshot(
+        return Frame(
             workspace=str(self.workspace),
             state_dir=str(self.state_dir),
             breaker=breaker_view(state, status),
@@ -651,4 +651,4 @@ def show(frame: Callable[[float], RenderableType], *, once: bool = False, interv
 def main(workspace: Path, state_dir: Path, *, once: bool = False, interval: float = 1.0) -> int:
     """Show the dashboard until Ctrl-C (or one frame with `once`). Always 0: watching cannot fail."""
     watcher = Watcher(Path(workspace), Path(state_dir))
-    return show(lambda now: render(watcher.snapshot(now), now), once=once, interval=interval)
+    return show(lambda now: render(watcher.frame(now), now), once=once, interval=interval)

@@ -236,7 +236,7 @@ def test_each_refresh_costs_the_supervisor_exactly_one_status_request(tmp_path: 
         try:
             watcher = watch.Watcher(tmp_path, state_dir)
             for _ in range(3):
-                snap = await asyncio.to_thread(watcher.snapshot, time.time())
+                snap = await asyncio.to_thread(watcher.frame, time.time())
                 assert snap.live and snap.breaker["state"] == "HALF_OPEN"
         finally:
             await server.close()
@@ -254,14 +254,14 @@ def test_cpu_rate_is_derived_from_cumulative_cpu_time_between_refreshes(tmp_path
         status["tree"] = [{"pid": 11, "name": "claude", "cpu_s": cpu["value"]}, {"pid": 12, "name": "bash", "cpu_s": 0.5}]
         return status
 
-    async def scenario() -> tuple[watch.Snapshot, watch.Snapshot]:
+    async def scenario() -> tuple[watch.Frame, watch.Frame]:
         server = ControlServer(state_dir / "control.sock", handler)
         await server.start()
         try:
             watcher = watch.Watcher(tmp_path, state_dir)
-            first = await asyncio.to_thread(watcher.snapshot, 1000.0)
+            first = await asyncio.to_thread(watcher.frame, 1000.0)
             cpu["value"] = 11.5  # 1.5 s of CPU in 2 s of wall time
-            second = await asyncio.to_thread(watcher.snapshot, 1002.0)
+            second = await asyncio.to_thread(watcher.frame, 1002.0)
         finally:
             await server.close()
         return first, second
@@ -454,7 +454,7 @@ records = st.dictionaries(
 @given(st.lists(records, max_size=6), records, records)
 def test_any_records_render_without_raising(events: list[dict[str, Any]], state: dict[str, Any],
                                             status: dict[str, Any]) -> None:
-    snap = watch.Snapshot(
+    snap = watch.Frame(
         workspace="/w", state_dir="/w/.ralph-supervise", breaker=watch.breaker_view(state, status), live=True,
         current=watch.current_iteration(status, NOW), iterations=watch.timeline(events),
         transitions=watch.transitions(events), processes=watch.processes(status),
@@ -630,7 +630,7 @@ def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
     assert watch.spend_line(view, recent, {"token_budget": 100000, "cost_budget": 5.0}) == (
         "tokens 7,200 of 100,000 (7 %) · dollars $1.00 of $5.00 (20 %)")
     assert watch.spend_line(view, [], {}) == "tokens 7,200"
-    snap = watch.Snapshot(workspace="/w", state_dir="/w/.ralph-supervise", breaker=view, live=False, current=None,
+    snap = watch.Frame(workspace="/w", state_dir="/w/.ralph-supervise", breaker=view, live=False, current=None,
                           iterations=(), transitions=(), processes=(), recent=tuple(recent),
                           budgets={"token_budget": 100000})
     console = Console(width=120, record=True)
