@@ -20,8 +20,7 @@ import pytest
 
 pytest_plugins = ("tests.helpers.fuzzing",)  # the `scratch` and `here` folders of the property tests
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+from tests.helpers import EXAMPLES, REPO  # noqa: F401 - the tests import them from here too
 TEST_ID_VAR = "RALPH_TEST_ID"
 
 

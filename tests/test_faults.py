@@ -28,8 +28,6 @@ from tests.helpers.fault_procs import (
     MARK_VAR,
     cli,
     identities,
-    json_lines,
-    kill_marked,
     marked,
     new_mark,
     peak_rss,
@@ -38,64 +36,11 @@ from tests.helpers.fault_procs import (
     status,
     still_alive,
 )
-from tests.helpers.supervise import LOOP, REPO, events, history, loop_env, start, wait_for
+from tests.helpers.runs import FAST, Run
+from tests.helpers.supervise import LOOP, REPO, events, history, loop_env, wait_for
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
-FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")
 MiB = 1 << 20
-
-
-class Run:
-    """One supervisor process on a workspace, with a marker its whole tree inherits.
-
-    Its stderr goes to a file, not a pipe: a test that does not read for a while must never block the
-    supervisor's logging (a full pipe would freeze its event loop and fake a hang)."""
-
-    def __init__(self, workspace: Path, state_dir: Path | None = None) -> None:
-        self.workspace = workspace
-        self.workspace.mkdir(parents=True, exist_ok=True)
-        self.state_dir = state_dir or workspace / ".ralph-supervise"
-        self.mark = new_mark()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._stderr_files: list[Path] = []
-
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        path = self.workspace.parent / f"supervisor-{self.mark[:8]}-{len(self._stderr_files)}.stderr"
-        self._stderr_files.append(path)
-        with open(path, "wb") as err:
-            self.proc = start(self.workspace, *FAST, *args, env={MARK_VAR: self.mark, **(env or {})},
-                              stdout=subprocess.DEVNULL, stderr=err)
-        return self.proc
-
-    @property
-    def stderr(self) -> bytes:
-        return b"".join(p.read_bytes() for p in self._stderr_files if p.exists())
-
-    def finish(self, timeout: float) -> int:
-        """Wait for the supervisor to exit by itself; kill it (and fail) if it hangs."""
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"the supervisor hung (no exit within {timeout}s); stderr tail: "
-                                 f"{self.stderr.decode(errors='replace')[-1500:]}") from None
-
-    def logged(self, name: str | None = None) -> list[dict]:
-        """Events the supervisor printed on stderr (they reach it even when events.jsonl cannot be written)."""
-        found = json_lines(self.stderr.decode(errors="replace"))
-        return [e for e in found if name is None or e.get("event") == name]
-
-    def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        kill_marked(self.mark)
 
 
 @pytest.fixture

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from tests.conftest import processes_with_test_id
 
 from ralph_supervisor.hooks import run_hook
+from tests.helpers import wait_for
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 DECISION = json.dumps({"state": "OPEN", "trigger": "no-progress", "iteration": 9})
@@ -42,7 +35,7 @@ def test_a_hanging_hook_is_killed_with_its_whole_group(tmp_path: Path, no_proces
     assert result.code is not None and result.code < 0
     assert "timed out after 0.5s" in result.stderr_tail
     # SIGKILL is asynchronous: the killed group is gone a moment later, without any further action.
-    assert wait_until(lambda: processes_with_test_id(no_process_left_behind) == [], timeout=3.0)
+    assert wait_for(lambda: processes_with_test_id(no_process_left_behind) == [], timeout=3.0)
 
 
 def test_a_background_child_holding_stderr_cannot_hang_the_caller(tmp_path: Path, no_process_left_behind: str):
@@ -51,7 +44,7 @@ def test_a_background_child_holding_stderr_cannot_hang_the_caller(tmp_path: Path
     assert result.ok and not result.timed_out
     assert result.stderr_tail == "started"
     # SIGKILL is asynchronous: the killed group is gone a moment later, without any further action.
-    assert wait_until(lambda: processes_with_test_id(no_process_left_behind) == [], timeout=3.0)
+    assert wait_for(lambda: processes_with_test_id(no_process_left_behind) == [], timeout=3.0)
 
 
 def test_a_hook_that_ignores_a_large_stdin_still_finishes(tmp_path: Path):

@@ -7,7 +7,6 @@ import os
 import socket
 import stat
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +31,7 @@ from ralph_supervisor.notify import (
     validate_notify_url,
     webhook_as_apprise,
 )
+from tests.helpers import wait_for
 
 
 def make_notice(title: str = "ralph demo: breaker OPEN (no-progress)", kind: str = "open") -> Notice:
@@ -39,13 +39,6 @@ def make_notice(title: str = "ralph demo: breaker OPEN (no-progress)", kind: str
                   workspace="/srv/demo", state="OPEN", trigger="no-progress", iteration=9)
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 # -- a real webhook receiver -------------------------------------------------------------------
@@ -168,12 +161,12 @@ def test_a_server_error_is_retried_a_bounded_number_of_times_then_warned_once_an
         notifier = Notifier(webhook_url=receiver.url, desktop=False, retries=2, backoff_base=0.01,
                             clock=lambda: clock[0])
         notifier.send(make_notice("first"))
-        assert wait_until(lambda: notifier.failed == 1)
+        assert wait_for(lambda: notifier.failed == 1)
         notifier.send(make_notice("second"))
-        assert wait_until(lambda: notifier.failed == 2)
+        assert wait_for(lambda: notifier.failed == 2)
         clock[0] += 3601  # an hour later the endpoint's trouble is news again
         notifier.send(make_notice("third"))
-        assert wait_until(lambda: notifier.failed == 3)
+        assert wait_for(lambda: notifier.failed == 3)
         notifier.close()
     assert len(receiver.posts) == 9  # three notices, each the first try and 2 retries, no more
     failures = [e for e in logs if e["event"] == "notify_failed"]
@@ -196,7 +189,7 @@ def test_a_client_error_is_not_retried(receiver: Receiver):
     receiver.statuses = [404]
     notifier = Notifier(webhook_url=receiver.url, desktop=False, retries=3, backoff_base=0.01)
     notifier.send(make_notice())
-    assert wait_until(lambda: notifier.failed == 1)
+    assert wait_for(lambda: notifier.failed == 1)
     notifier.close()
     assert len(receiver.posts) == 1
 
@@ -224,7 +217,7 @@ def test_a_server_that_never_answers_is_cut_off_by_the_timeout():
         with capture_logs() as logs:
             notifier = Notifier(urls=[url], desktop=False, timeout=0.3, retries=1, backoff_base=0.01)
             notifier.send(make_notice())
-            assert wait_until(lambda: notifier.failed == 1, timeout=10.0)
+            assert wait_for(lambda: notifier.failed == 1, timeout=10.0)
             notifier.close()
         failure = next(e for e in logs if e["event"] == "notify_failed")
         assert failure["attempts"] == 2
@@ -258,7 +251,7 @@ def test_a_hung_endpoint_does_not_delay_another(receiver: Receiver):
         notifier = Notifier(urls=[f"json://127.0.0.1:{silent.getsockname()[1]}/hang"], webhook_url=receiver.url,
                             desktop=False, timeout=30.0)
         notifier.send(make_notice("to both"))
-        assert wait_until(lambda: len(receiver.posts) == 1, timeout=10.0)  # long before the hung one times out
+        assert wait_for(lambda: len(receiver.posts) == 1, timeout=10.0)  # long before the hung one times out
         notifier.close(timeout=0.2)
     finally:
         silent.close()

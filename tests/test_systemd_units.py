@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
 UNITS = REPO / "systemd"
 INSTALL = REPO / "scripts" / "install-systemd.sh"
 TEMPLATE = "ralph-supervise@.service"

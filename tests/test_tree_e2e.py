@@ -19,13 +19,10 @@ import psutil
 import pytest
 
 from tests.helpers.fault_procs import (
-    MARK_VAR,
     cli,
     cpu_seconds,
     identities,
-    kill_marked,
     marked,
-    new_mark,
     port_bindable,
     running,
     states,
@@ -34,9 +31,9 @@ from tests.helpers.fault_procs import (
     wait_gone,
 )
 from tests.helpers.trees import hard_tree, wide_tree
+from tests.helpers.runs import FAST, Run
 from tests.helpers.supervise import events, start, wait_for
 
-FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")
 
 # A CPU-busy child (its pid in busy.pid), a setsid'd sleep, an orphaned setsid'd sleep, a plain
 # background sleep, and a TERM-ignoring loop that keeps forking short sleeps.
@@ -50,52 +47,9 @@ while :; do sleep 0.2; done
 """
 
 
-class Run:
-    """One supervisor run on a workspace, its marker, and the folders the tree reports into."""
-
-    def __init__(self, root: Path) -> None:
-        self.workspace = root / "work"
-        self.workspace.mkdir()
-        self.marks = root / "marks"
-        self.marks.mkdir()
-        self.state_dir = self.workspace / ".ralph-supervise"
-        self.mark = new_mark()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self, *command: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-        # stderr to a file, never an unread pipe: a full pipe would block the supervisor's logging.
-        with open(self.marks / f"supervisor-{self.starts}.stderr", "wb") as err:
-            self.proc = start(self.workspace, *FAST, *extra, "--", *command,
-                              env={MARK_VAR: self.mark, "MARKS": str(self.marks)},
-                              stdout=subprocess.DEVNULL, stderr=err)
-        self.starts += 1
-        return self.proc
-
-    def tree(self) -> list[psutil.Process]:
-        """Every live process of the run except the supervisor itself."""
-        exclude = frozenset({self.proc.pid}) if self.proc is not None else frozenset()
-        return marked(self.mark, exclude)
-
-    def child_pid(self, nth: int = 0) -> int:
-        return wait_for(lambda: events(self.state_dir, "child_started"), what="child_started")[nth]["pid"]
-
-    def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
-        kill_marked(self.mark)
-
-
 @pytest.fixture
 def supervised(tmp_path: Path) -> Iterator[Run]:
-    run = Run(tmp_path)
+    run = Run(tmp_path / "work", marks=tmp_path / "marks")
     try:
         yield run
     finally:
@@ -104,7 +58,7 @@ def supervised(tmp_path: Path) -> Iterator[Run]:
 
 def _hard_tree_ready(run: Run) -> int:
     """Start the TERM-ignoring loop with a daemon and a listener; wait until a few leftovers exist."""
-    proc = run.start(*hard_tree(run.marks))
+    proc = run.start("--", *hard_tree(run.marks))
     wait_for(lambda: (run.marks / "daemon.pid").exists() and (run.marks / "port").exists(), what="daemon and port")
     daemon = int((run.marks / "daemon.pid").read_text())
     wait_for(lambda: len(running(run.mark, ["sleep", "1000"], frozenset({proc.pid}))) >= 3,
@@ -116,7 +70,7 @@ def _hard_tree_ready(run: Run) -> int:
 
 
 def _wide_tree_ready(run: Run) -> None:
-    run.start(*wide_tree(200, term_ignoring=True))
+    run.start("--", *wide_tree(200, term_ignoring=True))
     wait_for(lambda: len(run.tree()) >= 200, timeout=30, what="200 processes in the tree")
 
 
@@ -158,7 +112,7 @@ def test_a_200_process_term_ignoring_tree_leaves_nothing(supervised: Run, how: s
 
 
 def test_pause_freezes_every_process_and_resume_thaws_them(supervised: Run) -> None:
-    supervised.start("bash", "-c", PAUSABLE_TREE)
+    supervised.start("--", "bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     busy = int((supervised.marks / "busy.pid").read_text())
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
@@ -193,7 +147,7 @@ def test_pause_freezes_every_process_and_resume_thaws_them(supervised: Run) -> N
 @pytest.mark.parametrize("how", ["stop", "sigterm"])
 def test_stop_of_a_paused_tree_leaves_nothing(supervised: Run, how: str) -> None:
     """Frozen processes do not act on TERM until thawed: a stop must still end them all."""
-    supervised.start("bash", "-c", PAUSABLE_TREE)
+    supervised.start("--", "bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
     assert cli(supervised.workspace, "pause").returncode == 0
@@ -231,7 +185,7 @@ def test_after_sigkill_the_child_dies_and_the_next_run_sweeps_the_leftovers_firs
     assert cli(supervised.workspace, "stop").returncode == 1
     assert status(supervised.workspace)["supervisor"]["running"] is False
 
-    supervised.start("sleep", "1000")
+    supervised.start("--", "sleep", "1000")
     wait_for(lambda: len(events(supervised.state_dir, "child_started")) >= 2, what="the second child")
     assert not events(supervised.state_dir, "supervisor_stopped"), "the first run died without a word"
     swept = [e for e in events(supervised.state_dir, "orphans_swept") if e["count"] >= 1]
@@ -253,7 +207,7 @@ def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(s
 
     from ralph_supervisor.control import ControlError, request
 
-    supervised.start("bash", "-c", "trap '' TERM; for i in $(seq 20); do (setsid sleep 1000 &); sleep 1000 & done; "
+    supervised.start("--", "bash", "-c", "trap '' TERM; for i in $(seq 20); do (setsid sleep 1000 &); sleep 1000 & done; "
                                    "while :; do sleep 0.05; done")
     wait_for(lambda: len(supervised.tree()) >= 40, what="the tree")
     failures: list[str] = []
@@ -285,7 +239,7 @@ def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(s
 
 def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(supervised: Run) -> None:
     """Stopped processes do not act on TERM: the sweep must still end them."""
-    supervised.start("bash", "-c", PAUSABLE_TREE)
+    supervised.start("--", "bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
     assert cli(supervised.workspace, "pause").returncode == 0
@@ -297,7 +251,7 @@ def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(s
     assert len(leftovers) >= 3 and set(states(leftovers).values()) == {psutil.STATUS_STOPPED}, states(leftovers)
     old_tree = identities(leftovers)
 
-    supervised.start("sleep", "1000")
+    supervised.start("--", "sleep", "1000")
     # The manual pause is an open breaker: the new run sweeps, then waits for a human (no child yet).
     wait_for(lambda: events(supervised.state_dir, "breaker_still_open"), what="breaker_still_open")
     assert events(supervised.state_dir, "orphans_swept")[-1]["count"] >= len(old_tree)
@@ -321,7 +275,7 @@ def test_stop_returns_only_once_the_supervisor_has_released_the_folder(supervise
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections in the backlog, never answers
     try:
-        supervised.start("sleep", "1000", extra=("--notify-webhook", f"http://127.0.0.1:{silent.getsockname()[1]}/hook"))
+        supervised.start("--notify-webhook", f"http://127.0.0.1:{silent.getsockname()[1]}/hook", "--", "sleep", "1000")
         supervised.child_pid()
         assert cli(supervised.workspace, "pause").returncode == 0  # a breaker transition: a notice to deliver
         stopped = cli(supervised.workspace, "stop")

@@ -34,6 +34,7 @@ from hypothesis import example
 
 from ralph_supervisor.files import state_json
 
+from tests.helpers import REPO, wait_for
 from tests.helpers.fuzzing import CHEAP
 from tests.helpers.fuzzing import JSONL_LINES
 from tests.helpers.fuzzing import STATE_FILE_BYTES
@@ -466,7 +467,6 @@ def test_any_records_render_without_raising(events: list[dict[str, Any]], state:
 
 # --- scripts/tmux-session.sh -------------------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parent.parent
 TMUX_SCRIPT = REPO / "scripts" / "tmux-session.sh"
 STUB = """#!/bin/sh
 # Stands in for ralph-supervise: records each call's arguments, then behaves like the real commands.
@@ -513,13 +513,10 @@ def tmux(env: dict[str, str], name: str, *args: str) -> str:
     return done.stdout
 
 
-def wait_for(path: Path, timeout: float = 10.0) -> bytes:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.05)
+def contents_of(path: Path, timeout: float = 10.0) -> bytes:
+    """The file's bytes, once it exists."""
+    wait_for(path.exists, timeout, f"{path.name} to appear")
     return path.read_bytes()
-
 
 def test_tmux_session_runs_the_supervisor_and_the_live_view_with_a_status_bar(tmp_path: Path, tmux_env: Any) -> None:
     env, name, out, stub = tmux_env
@@ -534,11 +531,11 @@ def test_tmux_session_runs_the_supervisor_and_the_live_view_with_a_status_bar(tm
     assert done.returncode == 0, done.stderr
     assert f"tmux -L {name} attach -t loop-1" in done.stdout  # '.' is not allowed in a session name
 
-    run_args = wait_for(out / "run.args").split(b"\0")[:-1]
+    run_args = contents_of(out / "run.args").split(b"\0")[:-1]
     assert [a.decode() for a in run_args] == ["run", "-w", str(workspace), "--", *loop]
-    watch_args = wait_for(out / "watch.args").split(b"\0")[:-1]
+    watch_args = contents_of(out / "watch.args").split(b"\0")[:-1]
     assert [a.decode() for a in watch_args] == ["watch", "-w", str(workspace)]
-    assert wait_for(out / "env").decode() == "it's a value;"
+    assert contents_of(out / "env").decode() == "it's a value;"
     # The environment travels by private file, never by command line (`ps` shows command lines).
     started = tmux(env, name, "list-panes", "-t", "loop-1", "-F", "#{pane_start_command}")
     assert "a value" not in started and "STUB_VAR" not in started
@@ -552,7 +549,7 @@ def test_tmux_session_runs_the_supervisor_and_the_live_view_with_a_status_bar(tm
     assert status_right.startswith("#(") and status_right.endswith(")")
     shown = subprocess.run(["sh", "-c", status_right[2:-1]], env=env, capture_output=True, text=True, timeout=10)
     assert shown.stdout.strip() == "ralph: CLOSED it0"
-    status_args = [a.decode() for a in wait_for(out / "status.args").split(b"\0")[:-1]]
+    status_args = [a.decode() for a in contents_of(out / "status.args").split(b"\0")[:-1]]
     assert status_args == ["status", "--tmux", "-w", str(workspace)]
 
     again = subprocess.run([str(TMUX_SCRIPT), "-L", name, "-w", str(workspace), "-s", "loop.1", "--", "true"],

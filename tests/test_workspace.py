@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
+from tests.helpers import wait_for
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
@@ -42,13 +43,6 @@ def git_repo(root: Path) -> Path:
     return root
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 @pytest.fixture(params=["inotify", "polling"])
@@ -254,7 +248,7 @@ def test_edit_then_revert_within_an_iteration_does_not_count(tmp_path: Path, wat
     def edit_and_revert() -> None:
         target.write_text("two\n")
         # in polling mode a change is only seen by a scan: let one happen in between
-        wait_until(lambda: any(c.path == "a.txt" and c.after == held(b"two\n") for c in seen))
+        wait_for(lambda: any(c.path == "a.txt" and c.after == held(b"two\n") for c in seen))
         target.write_text("one\n")
         (root / "tmp.txt").write_text("scratch")
         (root / "tmp.txt").unlink()
@@ -419,11 +413,11 @@ def test_new_subdirectory_is_watched(tmp_path: Path, watch: Callable[..., Worksp
     ws.begin_iteration()
     (root / "src" / "pkg").mkdir(parents=True)
     (root / "src" / "pkg" / "__init__.py").write_text("")
-    assert wait_until(lambda: len(seen) >= 1)
+    assert wait_for(lambda: len(seen) >= 1)
     # the watch is in place now: a file written later, deeper, is seen too
     (root / "src" / "pkg" / "sub").mkdir()
     (root / "src" / "pkg" / "sub" / "late.py").write_text("late = True\n")
-    assert wait_until(lambda: len(seen) >= 2)
+    assert wait_for(lambda: len(seen) >= 2)
     delta = ws.end_iteration()
     assert delta.paths == ("src/pkg/__init__.py", "src/pkg/sub/late.py")
 
@@ -449,13 +443,13 @@ def test_on_change_reports_live_changes_with_their_states(tmp_path: Path, watch:
     ws = watch(root, on_change=seen.append)
     t0 = time.monotonic()
     (root / "a.txt").write_text("a")
-    assert wait_until(lambda: len(seen) >= 1)
+    assert wait_for(lambda: len(seen) >= 1)
     assert seen[0].path == "a.txt" and seen[0].at > t0
-    assert wait_until(lambda: seen[-1].after == held(b"a"))  # the created file, then its content
+    assert wait_for(lambda: seen[-1].after == held(b"a"))  # the created file, then its content
     (root / "b.txt").write_text("b")
-    assert wait_until(lambda: {c.path for c in seen} == {"a.txt", "b.txt"})
+    assert wait_for(lambda: {c.path for c in seen} == {"a.txt", "b.txt"})
     (root / "a.txt").unlink()
-    assert wait_until(lambda: any(c.path == "a.txt" and c.deleted for c in seen))
+    assert wait_for(lambda: any(c.path == "a.txt" and c.deleted for c in seen))
     assert ws.mode in ("inotify", "polling")
 
 

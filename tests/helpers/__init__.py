@@ -1,0 +1,36 @@
+"""What the tests share: where the repository is, and how to wait for something to become true.
+
+Waits poll with a generous deadline that returns as soon as the condition holds: on a loaded machine a
+test waits longer, it never fails for being slow.
+
+    >>> wait_for(lambda: True)
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 20.0, what: str = "", *, interval: float = 0.02) -> T:
+    """Poll `predicate` until it returns something truthy, and return that; after `timeout` seconds, fail
+    with an AssertionError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+__all__ = ["EXAMPLES", "REPO", "wait_for"]

@@ -7,12 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
+from tests.helpers import EXAMPLES, REPO, wait_for  # noqa: F401 - also what the tests import from here
 LOOP = EXAMPLES / "ralph_loop.sh"
 
 
@@ -65,17 +63,6 @@ def history(state_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 def loop_env(scenario: str, **extra: str) -> dict[str, str]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ralph_supervisor.process.linux import set_child_subreaper
+from tests.helpers import wait_for
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.tree import ProcessTree
 
@@ -99,14 +99,6 @@ def wide_tree(processes: int, term_ignoring: bool) -> list[str]:
         "while :; do sleep 1000; done\n"
     )
     return ["bash", "-c", script]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def wait_for_members(tree: ProcessTree, count: int, timeout: float = 15.0) -> None:
