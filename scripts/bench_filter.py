@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import statistics
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import _benchkit as kit  # noqa: E402
 from ralph_supervisor.evidence.errors import error_lines, error_lines_in_chunk  # noqa: E402
 
 STAGE1 = '"[^"]*error[^"]*":'
@@ -255,16 +255,16 @@ def main() -> int:
         f"| naive per-line loop `error_lines(line.decode())` (first {naive_bytes / 1e6:.0f} MB) | {naive_rate:.0f} MB/s | {rate['grep']:.0f} MB/s | {naive_rate / rate['grep']:.2f}x | (for reference) |",
         f"| error lines found ({expected} real ones written) | {counts['ours_1m']} | {counts['grep']} | | all real ones, nothing else |",
         "",
-        f"Machine: `{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"Machine: {kit.machine_line()}; "
         f"{subprocess.run(['grep', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}.",
         "The machine was shared with other work while this ran; ratios from alternating runs are more telling than",
         "absolute numbers. grep's count is its own verdict: it misses every error inside a JSON line that has an",
         "error-named key, and counts every line of code the agent writes that mentions an exception.",
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print("\n".join(lines))
+    markdown = "\n".join(lines)
+    print(markdown)
+    kit.write_section("filter", markdown, kit.markdown_rows(markdown), args.out)
     if not args.keep:
         path.unlink()
         tmp.rmdir()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import shutil
 import signal
@@ -31,6 +30,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_workspace import FILES_PER_DIR, PROJECT_SHARE, make_tree  # noqa: E402
 
+import _benchkit as kit  # noqa: E402
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES  # noqa: E402
 from ralph_supervisor.snapshots import SnapshotStore, exclude_lines, human_size  # noqa: E402
 
@@ -277,15 +277,14 @@ def main() -> int:
         "repository: unchanged files are shared objects, so a snapshot costs what changed; loose objects are "
         "packed every 2,000 (git's delta compression does the rest).",
         "",
-        f"Machine: `{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"Machine: {kit.machine_line()}; "
         f"{subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.strip()}; load average "
         f"{load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the machine was shared with other work)."
         + (" (--quick sizes)" if args.quick else ""),
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    markdown = "\n".join(lines)
+    print(f"wrote {kit.write_section('snapshots', markdown, kit.markdown_rows(markdown), args.out)}")
     return 0
 
 

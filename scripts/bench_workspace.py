@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -43,6 +42,7 @@ from watchdog.observers import Observer
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import _benchkit as kit  # noqa: E402
 from ralph_supervisor.evidence.workspace import Workspace  # noqa: E402
 
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings only
@@ -317,16 +317,15 @@ def main() -> int:
         f"| live Python memory blocks, same points | {' / '.join(f'{b:,}' for _, _, b in samples)} | n/a | | flat |",
         f"| begin+end iteration round-trip | {per_iter:.2f} ms | n/a | | |",
         "",
-        f"Machine: `{platform.platform()}`, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"Machine: {kit.machine_line()}; "
         f"load average at the end {os.getloadavg()[0]:.1f} (shared with other jobs). "
         f"Mean latency ours {statistics.fmean(ours_lat) * 1000 if ours_lat else float('nan'):.2f} ms, "
         f"baseline {statistics.fmean(base_lat) * 1000 if base_lat else float('nan'):.2f} ms."
         + (" (--quick sizes)" if args.quick else ""),
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
+    markdown = "\n".join(lines)
+    print(f"wrote {kit.write_section('workspace', markdown, kit.markdown_rows(markdown), args.out)}")
     return 0
 
 

@@ -35,6 +35,22 @@ def warnings(logs: list[dict], event: str) -> list[dict]:
     return [e for e in logs if e["event"] == event and e["log_level"] == "warning"]
 
 
+def keeper_after_one_iteration(ws: Path) -> tuple[SnapshotKeeper, list[str]]:
+    """Ten files (a.txt and f0..f8.py), a keeper that opens on more than 5 deleted, iteration 1 snapshotted."""
+    for i in range(9):
+        (ws / f"f{i}.py").write_text(f"{i}\n")
+    keeper, reasons = keeper_for(ws, destructive_files=5)
+    keeper.start(0)
+    keeper.iteration_ended(1)
+    assert keeper.idle(30)
+    return keeper, reasons
+
+
+def delete_nine(keeper: SnapshotKeeper) -> None:
+    for i in range(9):
+        keeper.saw(Change(f"f{i}.py", 0.0, held(b"%d\n" % i), ABSENT))
+
+
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
@@ -69,15 +85,9 @@ def test_snapshots_at_start_and_at_each_iteration_end_with_metrics(ws: Path) -> 
 
 
 def test_a_destructive_iteration_is_reported_once_while_it_runs(ws: Path) -> None:
-    for i in range(9):
-        (ws / f"f{i}.py").write_text(f"{i}\n")
-    keeper, reasons = keeper_for(ws, destructive_files=5)
-    keeper.start(0)
-    keeper.iteration_ended(1)
-    assert keeper.idle(30)
+    keeper, reasons = keeper_after_one_iteration(ws)
     keeper.iteration_started(2)
-    for i in range(9):
-        keeper.saw(Change(f"f{i}.py", 0.0, held(b"%d\n" % i), ABSENT))
+    delete_nine(keeper)
     assert len(reasons) == 1
     assert reasons[0].startswith("iteration 2 deleted or emptied 4 files of the 10 it started with (more than 30%)")
     assert f"the snapshot of iteration 1 holds them: `ralph-supervise restore 1 -w {ws}`" in reasons[0]
@@ -179,16 +189,10 @@ def test_a_broken_store_is_moved_aside_with_one_warning_and_snapshots_go_on(ws: 
 
 def test_a_short_calls_late_report_does_not_stop_the_watch_over_the_next_call(ws: Path) -> None:
     """With exact call boundaries the next call may begin before the previous one's report is in."""
-    for i in range(9):
-        (ws / f"f{i}.py").write_text(f"{i}\n")
-    keeper, reasons = keeper_for(ws, destructive_files=5)
-    keeper.start(0)
-    keeper.iteration_ended(1)
-    assert keeper.idle(30)
+    keeper, reasons = keeper_after_one_iteration(ws)
     keeper.iteration_started(2)
     keeper.iteration_started(3)  # call 3 began ...
     keeper.iteration_ended(2)    # ... before call 2's report
-    for i in range(9):
-        keeper.saw(Change(f"f{i}.py", 0.0, held(b"%d\n" % i), ABSENT))
+    delete_nine(keeper)
     assert len(reasons) == 1 and reasons[0].startswith("iteration 3 deleted or emptied")
     keeper.close(3)
