@@ -167,6 +167,8 @@ def start(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] |
     full_env["PYTHONPATH"] = source + os.pathsep + full_env.get("PYTHONPATH", "")
     if cwd is None:
         cwd = Path(source)  # `python -m` puts the working directory first on sys.path
+    # A benchmark's supervisors register in a folder of their own, never in the user's `ls`.
+    full_env["RALPH_SUPERVISE_REGISTRY"] = str(_private_registry())
     if env:
         full_env.update(env)
     proc = subprocess.Popen(list(argv), cwd=cwd, env=full_env, stdin=stdin, stdout=stdout,
@@ -254,6 +256,7 @@ def cleanup() -> None:
     for path in _temp_dirs:
         shutil.rmtree(path, ignore_errors=True)
     _temp_dirs.clear()
+    _registry.clear()
 
 
 atexit.register(cleanup)
@@ -263,6 +266,15 @@ def temp_dir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=f"ralph-bench-{prefix}-"))
     _temp_dirs.append(path)
     return path
+
+
+_registry: list[Path] = []
+
+
+def _private_registry() -> Path:
+    if not _registry:
+        _registry.append(temp_dir("registry"))
+    return _registry[0]
 
 
 def dir_bytes(path: Path, glob: str = "*") -> int:

@@ -321,7 +321,8 @@ def test_two_instances_of_the_template_run_side_by_side_and_ls_reads_both(
         def both() -> list[dict[str, str]]:
             shown = subprocess.run([sys.executable, "-m", "ralph_supervisor", "ls", "--json"], capture_output=True,
                                    text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(REPO)})
-            rows = json.loads(shown.stdout or "[]")
+            # Only ours: `ls` also reads ~/.local/state, where the user's other loops may be registered.
+            rows = [r for r in json.loads(shown.stdout or "[]") if r["workspace"] in {str(w) for w in workspaces}]
             return rows if len(rows) == 2 and all(r["alive"] for r in rows) else []
 
         rows = wait_for(both, timeout=30, what="both instances in ls")
