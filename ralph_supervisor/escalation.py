@@ -21,7 +21,7 @@ from ralph_supervisor.decisions import Plan, plan_for
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.residual import CODE_ERROR, HUMAN_NEEDED, needs_a_human
 from ralph_supervisor.text import one_line
-from ralph_supervisor.triggers import FINAL
+from ralph_supervisor.triggers import CAPS, FINAL
 
 EVIDENCE_ROWS = 10
 PATTERN_ROWS = 10
@@ -183,6 +183,12 @@ def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
     return out
 
 
+CAP_FLAGS = {"token-budget": "--token-budget", "cost-budget": "--cost-budget",
+             "daily-budget": "--daily-token-budget", "daily-cost-budget": "--daily-cost-budget",
+             "max-iterations": "--max-iterations"}
+"""The option that sets each cap."""
+
+
 def decide_next(residual: Residual, decision: Decision, has_errors: bool = True) -> list[str]:
     """What a human must decide now (Markdown bullets); the escalation summary and the report share it."""
     if decision.trigger == "destructive":
@@ -191,10 +197,10 @@ def decide_next(residual: Residual, decision: Decision, has_errors: bool = True)
             "before anything else, and change the prompt or the agent's permissions before resuming.",
             "- If it did (a cleanup you asked for), resume: the next iteration is the trial.",
         ]
-    if decision.trigger in {"token-budget", "daily-budget", "max-iterations"}:
+    if decision.trigger in CAPS:
         return [
             f"- The run reached a cap ({decision.trigger}). Decide whether the work is worth more: raise the cap "
-            "(`--token-budget`, `--daily-token-budget`, `--max-iterations`) and start again, or stop here."
+            f"(`{CAP_FLAGS[decision.trigger]}`) and start again, or stop here."
         ]
     if residual.kind == "blocked":
         return [
@@ -253,13 +259,15 @@ def render_escalation(
     settings_summary: Mapping[str, object],
     now_iso: str,
     restore: Sequence[str] = (),
+    spend: Sequence[str] = (),
 ) -> str:
     """The Markdown of `escalation.md` for this open.
 
     `reports`: the last iterations (the newest last; only the last 10 are shown). `history`: the earlier
     `history.jsonl` rows (dicts with ts, iteration, from, to, trigger, reason). `settings_summary`: the
     thresholds worth showing; its `workspace` entry (if any) is used in the commands. `restore`: the lines
-    that name the workspace snapshot to restore and the commands (from the snapshot keeper).
+    that name the workspace snapshot to restore and the commands (from the snapshot keeper). `spend`: the
+    tokens and dollars against the budgets (`spend.spend_lines`).
     """
     recent = list(reports)[-EVIDENCE_ROWS:]
     residual = classify_residual(decision, recent)
@@ -317,6 +325,8 @@ def render_escalation(
         out += ["", "## The agent's last replies", ""]
         for r in replies[-3:]:
             out.append(f"- iteration {r.number}: {one_line(r.reply or '', 240)}")
+    if spend:
+        out += ["", "## Spend", ""] + list(spend)
     out += ["", "## What was tried", ""] + _tried(history)
     if settings_summary:
         out += ["", "## Settings", "", "| setting | value |", "|---|---|"]

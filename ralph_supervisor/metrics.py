@@ -41,6 +41,8 @@ BREAKER_STATE_VALUES: dict[str, int] = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 
 # Opens are pre-set to 0 for every trigger, so `increase()` works from the first open on.
 KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS
+BUDGET_KINDS: tuple[str, ...] = ("token", "cost", "daily_token", "daily_cost")
+"""The `kind` label of `ralph_supervise_budget`."""
 
 
 def breaker_state_value(state: str) -> int:
@@ -90,6 +92,16 @@ class Metrics:
         self._limit = Gauge("ralph_supervise_limit_wait_until_timestamp_seconds",
                             "While the tree is frozen for a usage limit: until when (Unix time); else 0.", ws,
                             registry=r)
+        self._budget = Gauge("ralph_supervise_budget",
+                             "The budgets (0 = off): kind token and cost for this run, daily_token and daily_cost "
+                             "per UTC day; tokens or dollars.", [*ws, "kind"], registry=r)
+        self._daily = Gauge("ralph_supervise_daily_spend",
+                            "Spent this UTC day across the folder's runs, as the daily budgets count it: kind "
+                            "token (tokens) or cost (dollars).", [*ws, "kind"], registry=r)
+        for kind in BUDGET_KINDS:
+            self._budget.labels(workspace, self.name, kind)
+        for kind in ("token", "cost"):
+            self._daily.labels(workspace, self.name, kind)
         heartbeat = Gauge("ralph_supervise_heartbeat_timestamp_seconds",
                           "Unix time these metrics were served or written: a stale textfile means a dead supervisor.",
                           ws, registry=r)
@@ -127,6 +139,14 @@ class Metrics:
     def add_cost(self, usd: float) -> None:
         if usd == usd and 0 < usd < 1e9:  # NaN and nonsense are not spend
             self._of(self._cost).inc(usd)
+
+    def budgets(self, *, token: float, cost: float, daily_token: float, daily_cost: float) -> None:
+        for kind, value in zip(BUDGET_KINDS, (token, cost, daily_token, daily_cost)):
+            self._budget.labels(self.workspace, self.name, kind).set(max(0.0, value))
+
+    def daily_spend(self, *, tokens: int, cost_usd: float) -> None:
+        self._daily.labels(self.workspace, self.name, "token").set(max(0, tokens))
+        self._daily.labels(self.workspace, self.name, "cost").set(max(0.0, cost_usd))
 
     def limit_wait(self, until: float | None) -> None:
         self._of(self._limit).set(until or 0)

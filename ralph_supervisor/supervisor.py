@@ -100,6 +100,7 @@ from ralph_supervisor.sdnotify import (
     status_text,
 )
 from ralph_supervisor.settings import Settings, thresholds_from
+from ralph_supervisor.spend import spend_lines
 from ralph_supervisor.terminal import Terminal
 from ralph_supervisor.tree_actions import TreeActions
 
@@ -176,6 +177,8 @@ class Supervisor:
 
             self.metrics = Metrics(str(settings.workspace), settings.name)
             self.metrics.follow(lambda: self.breaker.snapshot().to_dict())  # read at each scrape or textfile
+            self.metrics.budgets(token=settings.token_budget, cost=settings.cost_budget,
+                                 daily_token=settings.daily_token_budget, daily_cost=settings.daily_cost_budget)
 
         # the tree
         self.subreaper = set_child_subreaper()
@@ -492,9 +495,16 @@ class Supervisor:
             "on_open": self.settings.on_open,
             "state_dir": str(self.state_dir),
         }
+        snapshot, today = self.breaker.snapshot(), self.records.spend(0, 0.0, time.time())
+        reported_cost = snapshot.cost_used > 0 or any(r.cost_usd is not None for r in self.reports)
+        s = self.settings
+        spend = spend_lines(tokens=snapshot.tokens_used, cost_usd=snapshot.cost_used if reported_cost else None,
+                            token_budget=s.token_budget, cost_budget=s.cost_budget, daily_tokens=today.tokens,
+                            daily_cost_usd=today.cost_usd, daily_token_budget=s.daily_token_budget,
+                            daily_cost_budget=s.daily_cost_budget)
         try:
             text = render_escalation(decision, list(self.reports), history, summary, store.iso_utc(),
-                                     restore=self.keeper.restore_lines(decision.trigger))
+                                     restore=self.keeper.restore_lines(decision.trigger), spend=spend)
         except Exception as exc:  # noqa: BLE001 - the summary is a courtesy; the stop is not
             self.warnings.once("escalation_unwritable", error=str(exc))
             return
@@ -516,6 +526,7 @@ class Supervisor:
                  duration_s=round(report.ended_at - report.started_at, 3), **iteration_fields(report))
         self.metrics.iteration_finished(files_changed=report.files_changed, output_bytes=0, tokens=tokens)
         self.metrics.add_cost(report.cost_usd or 0.0)
+        self.metrics.daily_spend(tokens=spend.tokens, cost_usd=spend.cost_usd)
         self.records.attempt(report)
         if report.number % TRIM_EVERY == 0:
             release_free_memory()

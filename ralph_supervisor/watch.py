@@ -29,6 +29,7 @@ from rich.text import Text
 
 from ralph_supervisor import control
 from ralph_supervisor.files import state_json
+from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
 from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's helpers live there
     as_float,
@@ -157,8 +158,6 @@ def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATION
 
 def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], budgets: Mapping[str, Any]) -> str:
     """Tokens and dollars spent this run, against the budgets when they are known."""
-    from ralph_supervisor.report.account import dollars, share
-
     tokens = as_int(view.get("tokens_used"))
     line = f"tokens {share(tokens, as_int(budgets.get('token_budget')))}"
     cost = as_float(view.get("cost_usd"))
@@ -320,6 +319,9 @@ def _header(snap: Frame, now: float) -> Panel:
     left = cooldown_left(view, now)
     if left is not None:
         breaker.append(f"  half-open in {duration(left)}", style="yellow")
+    if view.get("limit_until"):
+        breaker.append(f"  LIMIT until {clock(view.get('limit_until'))}: the tree waits for a usage limit",
+                       style="bold blue")
     grid.add_row("breaker", breaker)
     reason = as_text(view.get("reason"), 300)
     if reason:

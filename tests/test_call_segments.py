@@ -80,6 +80,31 @@ def test_output_goes_to_the_call_running_when_it_was_read_whatever_the_tracker_k
     assert "the loop's own" not in first.output_text()
 
 
+
+def at(offset: int, read_at: float, text: str) -> OutputResult:
+    return OutputResult("stdout", len(text) + 1, 0, read_at, text, (), offset=offset)
+
+
+def test_a_quick_agents_words_before_its_notice_was_read_are_still_its_own() -> None:
+    """On a busy machine the notice is read after a quick agent printed: the start mark lies past its words.
+    What lies after the last call's end and was read after the announcement is the call's; what was read
+    before the announcement is the loop's."""
+    tracker = IterationTracker(["claude"], None)
+    first = tracker.start(0.0, 10.0, 101, None, "claude", (), announced_at=10.0, start_marks={"stdout": 0})
+    tracker.add_output(at(0, 10.2, "one"), 10.2)
+    tracker.finish(10.5)
+    first.end_marks = {"stdout": 4}
+    tracker.add_output(at(4, 11.0, "the loop's, before the call"), 11.0)
+    tracker.add_output(at(32, 12.1, "two, printed at once"), 12.1)  # read before its notice was
+    second = tracker.start(0.0, 12.0, 102, None, "claude", (), announced_at=12.0,
+                           start_marks={"stdout": 53}, floor_marks={"stdout": 4})
+    tracker.add_output(at(53, 12.3, "two, later"), 12.3)
+    assert second.output_text() == "two, printed at once\ntwo, later"
+    assert first.output_text() == "one"
+    assert second.owns(at(2, 12.4, "before the floor")) is False
+    assert second.owns(at(10, 11.9, "read before the announcement")) is False
+    assert second.owns(at(10, 12.4, "after the floor, read after it")) is True
+
 def test_the_wait_for_a_call_counts_from_the_loops_start_or_the_last_thaw_never_across_a_freeze() -> None:
     import time
 

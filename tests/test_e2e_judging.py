@@ -145,10 +145,14 @@ def test_dollar_budgets_stop_the_run_and_the_daily_one_spans_runs(tmp_path: Path
     assert opened["trigger"] == "cost-budget" and opened["iteration"] == 3 and "$0.0300 >= $0.0250" in opened["reason"]
     assert json.loads((state_dir / "state.json").read_text())["cost_used"] == pytest.approx(0.03)
     assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.03)
+    escalation = (state_dir / "escalation.md").read_text()
+    assert "dollars $0.03 of $0.03 (120 %)" in escalation  # the run's, against --cost-budget
+    assert "raise the cap (`--cost-budget`)" in escalation
     # A new run: the run budget starts again, the day's spend does not.
     run(workspace, "reset")
     code, _ = supervise(workspace, loop, "--cost-budget", "0.025", "--daily-cost-budget", "0.045")
     assert code == 2
     opened = history(state_dir)[-1]
     assert opened["trigger"] == "daily-cost-budget" and "$0.0500 today >= $0.0450" in opened["reason"]
+    assert "dollars $0.05 of $0.04 (111 %)" in (state_dir / "escalation.md").read_text()  # today's
     assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.05)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 
 from ralph_supervisor.breaker import Breaker, Decision, State, Thresholds
-from ralph_supervisor.escalation import classify_residual, error_patterns, outcome, render_escalation, status_line
+from ralph_supervisor.escalation import CAP_FLAGS, classify_residual, error_patterns, outcome, render_escalation, status_line
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.settings import OPTIONS
+from ralph_supervisor.spend import spend_lines
+from ralph_supervisor.triggers import CAPS
 
 NOW = "2026-11-30T22:24:00.123Z"
 SETTINGS = {"workspace": "/home/dev/shop", "no_progress": 3, "same_error": 5, "on_open": "pause"}
@@ -178,7 +181,26 @@ def test_a_reached_budget_is_a_decision_for_a_human() -> None:
     decision = feed(Breaker(Thresholds(token_budget=100_000)), reports)
     text = render_escalation(decision, reports, [], SETTINGS, NOW)
     assert decision.trigger == "token-budget" and "## Verdict: blocked" in text
-    assert "raise the cap" in section(text, "What a human must decide")
+    assert "raise the cap (`--token-budget`)" in section(text, "What a human must decide")
+    assert "## Spend" not in text  # only when the supervisor says what was spent
+
+
+def test_every_cap_names_the_option_that_raises_it() -> None:
+    assert set(CAP_FLAGS) == set(CAPS)
+    assert {flag for flag in CAP_FLAGS.values()} <= {option.flag for option in OPTIONS}
+
+
+def test_the_spend_section_sets_the_run_and_the_day_against_their_budgets() -> None:
+    reports = [IterationReport(number=1, started_at=0.0, ended_at=5.0, files_changed=1, tokens=60, cost_usd=1.2)]
+    decision = feed(Breaker(Thresholds(cost_budget=1.0)), reports)
+    spend = spend_lines(tokens=60, cost_usd=1.2, token_budget=0, cost_budget=1.0, daily_tokens=500,
+                        daily_cost_usd=4.0, daily_token_budget=1000, daily_cost_budget=0.0)
+    text = section(render_escalation(decision, reports, [], SETTINGS, NOW, spend=spend), "Spend")
+    assert "**This run:** tokens 60; dollars $1.20 of $1.00 (120 %)" in text
+    assert "tokens 500 of 1,000 (50 %); dollars $4.00" in text
+    unknown = spend_lines(tokens=0, cost_usd=None, token_budget=0, cost_budget=2.0, daily_tokens=0,
+                          daily_cost_usd=0.0, daily_token_budget=0, daily_cost_budget=0.0)
+    assert "dollars not reported by the agent (budget $2.00)" in unknown[0]
 
 
 def test_a_manual_pause_says_it_waits_for_someone_to_resume() -> None:

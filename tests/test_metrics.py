@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from ralph_supervisor.metrics import KNOWN_TRIGGERS, Metrics, breaker_state_value
+from ralph_supervisor.metrics import BUDGET_KINDS, KNOWN_TRIGGERS, Metrics, breaker_state_value
 
 WS = "/home/u/proj"
 NAME = "proj"  # no --name: the workspace's folder name
@@ -93,6 +93,24 @@ def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metric
         assert value(text, f"ralph_supervise_{name}") == 0
     for trigger in KNOWN_TRIGGERS:
         assert value(text, "ralph_supervise_breaker_opens_total", trigger=trigger) == 0
+    for kind in BUDGET_KINDS:
+        assert value(text, "ralph_supervise_budget", kind=kind) == 0
+    for kind in ("token", "cost"):
+        assert value(text, "ralph_supervise_daily_spend", kind=kind) == 0
+
+
+def test_spend_stands_beside_its_budgets_so_an_alert_can_divide(metrics: Metrics, tmp_path: Path):
+    metrics.budgets(token=100_000, cost=5.0, daily_token=0, daily_cost=20.0)
+    metrics.add_cost(1.25)
+    metrics.daily_spend(tokens=40_000, cost_usd=7.5)
+    metrics.write_textfile(tmp_path / "ralph.prom")
+    text = (tmp_path / "ralph.prom").read_text()
+    assert value(text, "ralph_supervise_budget", kind="token") == 100_000
+    assert value(text, "ralph_supervise_budget", kind="cost") == 5.0
+    assert value(text, "ralph_supervise_budget", kind="daily_token") == 0  # off
+    assert value(text, "ralph_supervise_daily_spend", kind="cost") / value(text, "ralph_supervise_budget",
+                                                                          kind="daily_cost") == 0.375
+    assert value(text, "ralph_supervise_cost_usd_total") / value(text, "ralph_supervise_budget", kind="cost") == 0.25
 
 
 def test_breaker_state_follows_transitions(metrics: Metrics):

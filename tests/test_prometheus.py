@@ -24,7 +24,7 @@ RULES = PROMETHEUS / "ralph-supervise.rules.yml"
 RULE_TESTS = PROMETHEUS / "ralph-supervise.rules.test.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "ralph-supervise-dashboard.json"
 ALERTS = ("RalphBreakerOpenTooLong", "RalphFinalStop", "RalphLimitWaitTooLong", "RalphSupervisorDown",
-          "RalphSupervisorSilent", "RalphSpendRateHigh", "RalphTreeSurvivors")
+          "RalphSupervisorSilent", "RalphSpendRateHigh", "RalphDailyBudgetNearlySpent", "RalphTreeSurvivors")
 GRAFANA_VARIABLES = {"$workspace": "/srv/loop", "$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m"}
 
 

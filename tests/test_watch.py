@@ -635,3 +635,14 @@ def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
     text = console.export_text()
     assert f"recent      changes {changes}  errors {errors}  (last 4)" in text
     assert "spend       tokens 7,200 of 100,000 (7 %) · dollars $1.00" in text
+
+
+def test_a_usage_limit_wait_is_on_the_breaker_line() -> None:
+    until = "2026-12-01T15:28:00Z"
+    snap = watch.Frame(workspace="/w", state_dir="/w/.ralph-supervise",
+                       breaker={"state": "CLOSED", "limit_until": until}, live=True, current=None,
+                       iterations=(), transitions=(), processes=(), recent=())
+    console = Console(width=140, record=True)
+    console.print(watch.render(snap, 1000.0))
+    text = console.export_text()
+    assert f"CLOSED  opens 0  LIMIT until {watch.clock(until)}: the tree waits for a usage limit" in text

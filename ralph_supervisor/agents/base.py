@@ -1,8 +1,9 @@
 """What every agent adapter shares: the value one call's output becomes, the reading of output into JSON events
 and plain lines, the words that mark a usage limit or an error only a human can clear, and plain text mode.
 
-The supervisor is not the call's parent, so it rarely sees an exit code: whether the call failed, hit a usage
-limit, or hit something only a human can clear (credentials, billing, policy) is read from the output alone.
+Whether a call failed, hit a usage limit, or hit something only a human can clear (credentials, billing,
+policy) is read from its output: an exit code is known only for a call the shims saw, and then it adds one
+case (`evidence.iterations.build_report`: a call that printed nothing and exited non-zero failed).
 Misclassification is the risk. A reply that *talks about* rate limiting or API keys is ordinary work, so the
 limit and blocked patterns are only looked for in error positions: the error events and fields of each agent's
 format, the CLI's own non-JSON lines when they are shaped like errors, and, in text mode, error-shaped lines

@@ -96,7 +96,9 @@ class _Running:
     exited_at: float | None = None
     """When it saw that (wall clock): output read later is not the call's while it ran."""
     start_marks: dict[str, int] | None = None
-    """The pipes' stream offsets when its notice was read (the agent had not printed yet)."""
+    """The pipes' stream offsets when its notice was read (usually before the agent printed)."""
+    floor_marks: dict[str, int] | None = None
+    """The offsets at the last call's end: output after them, read after the announcement, is this call's too."""
     end_marks: dict[str, int] | None = None
     """The same, the moment it exited."""
 
@@ -242,6 +244,7 @@ class CallWatcher:
                 running.end_marks = marks
             else:
                 running.start_marks = marks
+                running.floor_marks = self._last_end_marks  # a busy machine reads the notice late
             self._last_end_marks = marks
         if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
             self._let_go(running)
@@ -461,7 +464,7 @@ class CallWatcher:
                 announced_at = max(now - process_age(stat.start_ticks), self._idle_since)
         call = self.tracker.start(time.monotonic(), announced_at or now, stat.pid if stat else pid,
                                   stat.create_time if stat else None, name, argv, announced_at=announced_at,
-                                  start_marks=running.start_marks)
+                                  start_marks=running.start_marks, floor_marks=running.floor_marks)
         call.end_marks = running.end_marks  # it may have exited before the event loop began it
         running.call = call
         self._running = running

@@ -106,7 +106,11 @@ class CallEvidence:
     announced_at: float | None = None
     """When its shim announced it (exact, unlike the process start time, which the kernel keeps in ticks)."""
     start_marks: dict[str, int] | None = None
-    """Announced calls: how far each pipe had been written when it began (its output lies after)."""
+    """Announced calls: how far each pipe had been written when its notice was read (its output lies after)."""
+    floor_marks: dict[str, int] | None = None
+    """... and when the call before it ended. The notice is read a moment after the agent starts, longer on a
+    busy machine, and a quick agent may have printed by then: what lies between the floor and the start
+    mark is this call's when it was read after the announcement (earlier, it was the loop's)."""
     end_marks: dict[str, int] | None = None
     """... and when it ended (its output lies before). Without marks, output is told by when it was read."""
 
@@ -115,7 +119,9 @@ class CallEvidence:
         if self.start_marks is None or result.offset is None or result.source not in self.start_marks:
             return None
         if result.offset < self.start_marks[result.source]:
-            return False
+            floor = (self.floor_marks or {}).get(result.source)
+            if floor is None or result.offset < floor or self.announced_at is None or result.read_at < self.announced_at:
+                return False
         end = (self.end_marks or {}).get(result.source)
         return end is None or result.offset < end
 
@@ -175,10 +181,10 @@ class IterationTracker:
 
     def start(self, now: float, wall: float, pid: int | None = None, create_time: float | None = None,
               name: str = "", argv: Sequence[str] = (), announced_at: float | None = None,
-              start_marks: dict[str, int] | None = None) -> CallEvidence:
+              start_marks: dict[str, int] | None = None, floor_marks: dict[str, int] | None = None) -> CallEvidence:
         self.number += 1
         call = CallEvidence(self.number, now, wall, pid, create_time, name, tuple(argv), announced_at=announced_at,
-                            start_marks=start_marks)
+                            start_marks=start_marks, floor_marks=floor_marks)
         self.current = call
         if create_time is not None or announced_at is not None:
             kept: deque[OutputResult] = deque()

@@ -885,16 +885,3 @@ def sparkline(values: Sequence[float], width: int = 60) -> str:
         return SPARK[0] * len(values)
     return "".join(SPARK[0] if v <= 0 else SPARK[min(len(SPARK) - 1, 1 + int((v / top) * (len(SPARK) - 2)))]
                    for v in values)
-
-
-def share(used: float, budget: float) -> str:
-    """`7,200 of 100,000 (7 %)`, or the amount alone without a budget."""
-    return f"{used:,.0f} of {budget:,.0f} ({100.0 * used / budget:.0f} %)" if budget > 0 else f"{used:,.0f}"
-
-
-def dollars(used: float | None, budget: float) -> str:
-    if used is None:
-        return "not reported by the agent" + (f" (budget ${budget:,.2f})" if budget > 0 else "")
-    if budget > 0:
-        return f"${used:,.2f} of ${budget:,.2f} ({100.0 * used / budget:.0f} %)"
-    return f"${used:,.2f}"

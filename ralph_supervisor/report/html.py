@@ -15,7 +15,8 @@ from html import escape
 from importlib import resources
 from typing import Any
 
-from ralph_supervisor.report.account import Account, IterationRow, dollars, share, stamp
+from ralph_supervisor.report.account import Account, IterationRow, stamp
+from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.text import one_line
 from ralph_supervisor.values import duration
 

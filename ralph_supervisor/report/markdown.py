@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from ralph_supervisor.report.account import (
     Account,
     IterationRow,
-    dollars,
-    share,
     sparkline,
     stamp,
 )
+from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.text import one_line
 from ralph_supervisor.values import duration
 
