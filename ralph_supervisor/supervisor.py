@@ -92,7 +92,7 @@ from ralph_supervisor.process.spawn import spawn
 from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
 from ralph_supervisor.registry import register_supervisor
-from ralph_supervisor.report import ReportWriter, write_report
+from ralph_supervisor.report import ReportWriter, render_apart
 from ralph_supervisor.report.sources import iteration_fields, started_fields
 from ralph_supervisor.sdnotify import (
     SystemdNotifier,
@@ -830,9 +830,11 @@ def _log_task_error(task: asyncio.Task[Any]) -> None:
 def write_report_at_exit(state_dir: Path) -> None:
     """The last `report.html`, once `supervisor_stopped` is written (the event loop is gone: nothing waits)."""
     try:
-        write_report(state_dir)
-    except Exception as exc:  # noqa: BLE001 - the report is a courtesy; the exit code is not
-        log.warning("report_unwritable", error=str(exc)[:300])
+        problem = render_apart(state_dir)
+    except OSError as exc:  # the report is a courtesy; the exit code is not
+        problem = f"cannot start the report's process: {exc.strerror or exc}"
+    if problem is not None:
+        log.warning("report_unwritable", error=problem)
 
 
 async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:

@@ -223,6 +223,24 @@ def test_a_thousand_iterations_fit_in_a_small_html_file(tmp_path: Path) -> None:
     assert "The last 30 of 1000 iterations" in markdown and len(markdown) < 40_000
 
 
+def test_the_supervisor_renders_in_a_helper_process_and_hears_its_failure_in_one_line(tmp_path: Path) -> None:
+    """A long run's render takes tens of MiB and the GIL: `render_apart` does it in a process of its own,
+    registered as a helper while it runs (never taken for the loop's tree), and reports a failure as one line."""
+    from ralph_supervisor.process.helpers import HELPERS
+
+    state_dir = fixture(tmp_path, "stuck")
+    seen: list[int] = []
+    assert report.render_apart(state_dir, started=lambda proc: seen.append(proc.pid)) is None
+    assert seen and seen[0] != os.getpid() and seen[0] not in HELPERS
+    page = (state_dir / "report.html").read_text()
+    assert "Stopped for good by the breaker (no-progress) at iteration 4." in page
+    (state_dir / "report.html").unlink()
+    (state_dir / "report.html").mkdir()  # cannot be replaced by a file
+    problem = report.render_apart(state_dir)
+    assert problem is not None and "\n" not in problem and "report.html" in problem
+    assert (state_dir / "report.html").is_dir()
+
+
 # -- the HTML in a real browser -------------------------------------------------------------------
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

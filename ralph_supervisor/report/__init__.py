@@ -3,7 +3,8 @@
 The latest run by default (`since` for more): the verdict first, then the timeline, the commits, the
 recurring errors, the restated blockers, the agent's last reply, process hygiene and what to decide.
 Markdown for terminals and GitHub, JSON for scripts, one self-contained HTML file for browsers; the
-supervisor writes `report.html` itself at every open and when it exits (`ReportWriter`).
+supervisor writes `report.html` itself at every open and when it exits (`ReportWriter`, in a helper
+process: `render_apart`).
 
     account = collect(Path("proj/.ralph-supervise"))
     print(render_markdown(account))
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -26,12 +29,13 @@ from typing import Any
 import structlog
 
 from ralph_supervisor import store
+from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.report.account import Account, build_account, choose_runs, split_runs
 from ralph_supervisor.report.html import render_html
 from ralph_supervisor.report.markdown import render_markdown
 from ralph_supervisor.report.sources import GitFacts, Records, read_git, read_records
 
-__all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_since", "render_html",
+__all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_since", "render_apart", "render_html",
            "render_markdown", "to_json", "write_html"]
 
 log = structlog.get_logger(__name__)
@@ -99,26 +103,48 @@ def write_html(account: Account, path: Path) -> int:
     return len(data)
 
 
-def write_report(state_dir: Path, *, still_wanted: Callable[[], bool] | None = None) -> Path | None:
-    """`state_dir/report.html` from what the folder holds now (its latest run); None when `still_wanted`
-    said no just before writing (a newer report is on its way)."""
+def write_report(state_dir: Path) -> Path:
+    """`state_dir/report.html` from what the folder holds now (its latest run)."""
     path = state_dir / REPORT_FILE
     account = collect(state_dir)
-    page = render_html(dataclasses.replace(account, report_html=str(path))).encode("utf-8")
-    if still_wanted is not None and not still_wanted():
-        return None
-    store.atomic_write_bytes(path, page)
+    store.atomic_write_bytes(path, render_html(dataclasses.replace(account, report_html=str(path))).encode("utf-8"))
     return path
 
 
+def render_apart(state_dir: Path, *, timeout: float = 120.0,
+                 started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> str | None:
+    """Write `state_dir/report.html` in a helper process (`python -m ralph_supervisor.report`, see its
+    docstring for why); None when it was written, else what went wrong in one line. `started` is told the
+    process, so a closing writer can end it. A helper killed half way leaves the last report whole (the write
+    is atomic)."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
+    proc = HELPERS.popen([sys.executable, "-m", "ralph_supervisor.report", str(state_dir)], env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         close_fds=True)
+    try:
+        if started is not None:
+            started(proc)
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return f"the report took more than {timeout:g} s and was ended"
+    finally:
+        HELPERS.done(proc.pid)
+    if proc.returncode == 0:
+        return None
+    lines = err.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:300] if lines else f"the report's process exited {proc.returncode}"
+
+
 class ReportWriter:
-    """Rewrites `report.html` on a thread of its own, so a render never delays the supervisor.
+    """Rewrites `report.html` in a helper process (`render_apart`), so a render never delays the supervisor.
 
     `request()` returns at once; requests that arrive while a render runs are folded into one more render
     after it (the newest state is what counts). A failed render is logged once per kind of error, never
-    raised. Its git processes are helpers (`process/helpers.py`): never part of the loop's tree.
-    A render holds a long run's records for a moment (about 60 MiB at 10,000 iterations); the freed heap
-    is handed back to the system after each render.
+    raised. The helper and its git processes are helpers (`process/helpers.py`): never part of the loop's tree.
     """
 
     def __init__(self, state_dir: Path) -> None:
@@ -126,6 +152,7 @@ class ReportWriter:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-report")
         self._lock = threading.Lock()
         self._pending: concurrent.futures.Future[None] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._warned: set[str] = set()
         self._closing = False
         self.written = 0
@@ -138,26 +165,34 @@ class ReportWriter:
                 return  # a render is queued and will see the newest state
             self._pending = self._pool.submit(self._render)
 
-    def _render(self) -> None:
-        from ralph_supervisor.memory import release_free_memory
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._process = proc
+            closing = self._closing
+        if closing:
+            proc.kill()
 
-        try:
-            if write_report(self.state_dir, still_wanted=lambda: not self._closing) is not None:
-                self.written += 1
-        except Exception as exc:  # noqa: BLE001 - a report is a courtesy; supervision goes on
-            kind = type(exc).__name__
+    def _render(self) -> None:
+        problem = render_apart(self.state_dir, started=self._started)
+        with self._lock:
+            self._process = None
+            closing = self._closing
+        if problem is None:
+            self.written += 1
+        elif not closing:
+            kind = problem.split(":")[0]
             if kind not in self._warned:
                 self._warned.add(kind)
-                log.warning("report_unwritable", error=str(exc)[:300])
-        finally:
-            release_free_memory()
+                log.warning("report_unwritable", error=problem)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Let a render in progress finish (at most `timeout`); none starts or writes after this."""
+        """End a render in progress (the one at exit follows); none starts after this."""
         with self._lock:
             self._closing = True
-            pending = self._pending
+            pending, proc = self._pending, self._process
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
         if pending is not None:
             try:
                 pending.result(timeout=timeout)
