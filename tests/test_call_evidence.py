@@ -60,3 +60,20 @@ def test_the_waits_ralphs_loop_announces_are_read_with_their_length() -> None:
     assert announced_wait("[2026-12-01 10:12:03] [INFO] Waiting 60 minutes before retrying...") == 3600
     assert announced_wait("Time until reset: 00:47:56") is None
     assert announced_wait("I was sleeping for 3 seconds") is None  # not the loop's words
+
+
+_WAIT_WORDS = st.sampled_from(["Sleeping for ", " seconds", "Waiting ", " minutes", " minute", " before retrying",
+                               "1", "60", "2877", " ", "\n", "x", "Sleeping", "before"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_WAIT_WORDS, st.text(max_size=8)), max_size=30))
+def test_the_quick_test_before_the_expression_never_changes_what_a_wait_reads(pieces: list[str]) -> None:
+    """`announced_wait` skips the expression when its fixed words are absent: the answer is the expression's."""
+    from ralph_supervisor.evidence import iterations
+
+    text = "".join(pieces)
+    found = None
+    for match in iterations._ANNOUNCED_WAIT.finditer(text):
+        found = float(match.group(1)) if match.group(1) else float(match.group(2)) * 60.0
+    assert iterations.announced_wait(text) == found

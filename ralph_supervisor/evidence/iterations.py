@@ -307,7 +307,11 @@ usage limit ("Waiting 60 minutes before retrying...")."""
 
 
 def announced_wait(text: str) -> float | None:
-    """Seconds the loop says it will now wait without calling its agent (the last such line), else None. Pure."""
+    """Seconds the loop says it will now wait without calling its agent (the last such line), else None. Pure.
+    It reads every chunk of the loop's own output on the event loop: the substring tests (fast scans in C) spare
+    the expression almost all of it (without them, 20 ms per MiB of output, a fifth of the tap's speed)."""
+    if "Sleeping for " not in text and " before retrying" not in text:
+        return None
     found = None
     for match in _ANNOUNCED_WAIT.finditer(text):
         found = float(match.group(1)) if match.group(1) else float(match.group(2)) * 60.0
