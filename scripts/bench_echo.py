@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark the echo: a child writes 200 MiB under the supervisor whose terminal reads slowly, echo on vs off.
+"""Benchmark the echo: a child writes 1 GiB under the supervisor whose terminal reads slowly, echo on vs off.
 
 Side by side in one run, alternating, the same writer child as the tap benchmark (`scripts/bench_tap.py
 --emit`: realistic agent output, a 1 MiB block written again and again) runs under
@@ -145,14 +145,14 @@ def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="50 MiB instead of 200 MiB")
+    parser.add_argument("--quick", action="store_true", help="200 MiB instead of 1024 MiB")
     parser.add_argument("--size", type=int, help="MiB to write")
     parser.add_argument("--rounds", type=int, default=7, help="each run is short: more rounds, a steadier median")
     parser.add_argument("--out", type=Path, default=kit.DOCS / "echo.md")
     args = parser.parse_args(argv)
 
     kit.become_subreaper()
-    size_mib = args.size or (50 if args.quick else 200)
+    size_mib = args.size or (200 if args.quick else 1024)
     size = size_mib * kit.MIB
     load_start = kit.loadavg()
     tmp = kit.temp_dir("echo")
