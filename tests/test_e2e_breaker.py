@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers.fault_procs import states
+from tests.helpers.fault_procs import loop_tree, states
 from tests.helpers.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
@@ -28,7 +28,8 @@ def cli(workspace: Path, *args: str, timeout: float = 30) -> subprocess.Complete
 
 
 def tree_of(pid: int) -> list[psutil.Process]:
-    """The supervisor's live descendants (zombies left out: a frozen parent cannot reap its child)."""
+    """The supervisor's live descendants but its helpers (zombies left out: a frozen parent cannot reap its
+    child)."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -40,7 +41,7 @@ def tree_of(pid: int) -> list[psutil.Process]:
                 alive.append(child)
         except psutil.Error:
             continue
-    return alive
+    return loop_tree(alive)
 
 
 def stop_supervisor(proc: subprocess.Popen[bytes]) -> None:

@@ -22,6 +22,7 @@ from tests.helpers.fault_procs import (
     cli,
     cpu_seconds,
     identities,
+    loop_tree,
     marked,
     port_bindable,
     running,
@@ -247,7 +248,7 @@ def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(s
     supervised.proc.kill()
     supervised.proc.wait(timeout=10)
     time.sleep(0.3)
-    leftovers = marked(supervised.mark)
+    leftovers = loop_tree(marked(supervised.mark))
     assert len(leftovers) >= 3 and set(states(leftovers).values()) == {psutil.STATUS_STOPPED}, states(leftovers)
     old_tree = identities(leftovers)
 

@@ -35,6 +35,22 @@ def marked(mark: str, exclude: frozenset[int] = frozenset()) -> list[psutil.Proc
     return processes_with_env(MARK_VAR, mark, exclude)
 
 
+def is_helper(proc: psutil.Process) -> bool:
+    """One of the supervisor's own helpers (report.html rendered by `python -m ralph_supervisor.report`, git for
+    the snapshots and the report): outside the loop's tree by design, so a pause never freezes it
+    (ralph_supervisor/process/helpers.py)."""
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    return "ralph_supervisor.report" in argv or (bool(argv) and os.path.basename(argv[0]) == "git")
+
+
+def loop_tree(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """`procs` without the supervisor's helpers: what a pause freezes."""
+    return [proc for proc in procs if not is_helper(proc)]
+
+
 def running(mark: str, argv: list[str], exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
     """Marked processes whose command line is exactly `argv`; one that exits while we look is skipped."""
     found = []

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from tests.helpers import wait_for
-from tests.helpers.fault_procs import MARK_VAR, json_lines, kill_marked, marked, new_mark
+from tests.helpers.fault_procs import MARK_VAR, json_lines, kill_marked, loop_tree, marked, new_mark
 from tests.helpers.supervise import events, start
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")
@@ -71,9 +71,9 @@ class Run:
         return [e for e in found if name is None or e.get("event") == name]
 
     def tree(self) -> list[psutil.Process]:
-        """Every live process of the run except the supervisor itself."""
+        """Every live process of the loop's tree: the run's, but the supervisor and its helpers."""
         exclude = frozenset({self.proc.pid}) if self.proc is not None else frozenset()
-        return marked(self.mark, exclude)
+        return loop_tree(marked(self.mark, exclude))
 
     def child_pid(self, nth: int = 0) -> int:
         return wait_for(lambda: events(self.state_dir, "child_started"), what="child_started")[nth]["pid"]
