@@ -109,7 +109,10 @@ def test_sigkill_mid_iteration_then_restart_keeps_breaker_and_ledger_and_leaves_
     assert (opened["to"], opened["trigger"], opened["iteration"]) == ("OPEN", "no-progress", 5), opened
     after = json.loads((state_dir / "ledger.json").read_text())
     assert after["attempts"][:2] == ledger["attempts"]
-    assert [a["iteration"] for a in after["attempts"]] == [1, 2, 4, 5]
+    counted = [a["iteration"] for a in after["attempts"]]
+    # Call 6 may have begun before call 5 was judged (a busy machine): the stop lets it end; none starts after.
+    assert counted[:4] == [1, 2, 4, 5] and counted[4:] in ([], [6]), counted
+    assert all(e["ts"] < opened["ts"] for e in events(state_dir, "iteration_started") if e["iteration"] in counted)
     assert marked(first.mark) == []
 
 
