@@ -28,9 +28,11 @@ of its own). This is how the tests play an agent that runs `git clean -fd`, `rm 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,12 +68,20 @@ def status_block(status: str, files: int, exit_signal: bool, recommendation: str
     )
 
 
+def default_counter() -> Path:
+    """One counter per workspace (a stable digest of the working folder: `hash()` differs in every process),
+    in one folder of the temp dir, outside the workspace (a counter there would be a file change)."""
+    folder = Path(tempfile.gettempdir()) / f"fake-agent-calls-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    return folder / hashlib.sha256(os.getcwd().encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
 def call_number(argv: list[str]) -> int:
     for arg in argv:
         match = re.search(r"Loop #(\d+)", arg)
         if match:
             return int(match.group(1))
-    counter = Path(setting("COUNTER", f"/tmp/fake-agent-{os.getuid()}-{abs(hash(os.getcwd()))}"))
+    counter = Path(setting("COUNTER", "") or default_counter())
     try:
         n = int(counter.read_text()) + 1
     except (OSError, ValueError):
