@@ -27,7 +27,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -36,6 +35,7 @@ from ralph_supervisor.evidence.destruction import Destruction, DestructionWatch
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, read_text
 from ralph_supervisor.evidence.workspace import Change
 from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.records import Warnings
 from ralph_supervisor.settings import Settings
 from ralph_supervisor.snapshots import (
     SnapshotError,
@@ -80,7 +80,7 @@ class SnapshotKeeper:
         self._watching = False
         self._iteration = 0
         self._prefixes: Callable[[], Sequence[str]] = lambda: ()
-        self._warned: set[str] = set()
+        self._warnings = Warnings()
         self.store: SnapshotStore | None = None
         self.latest: SnapshotInfo | None = None
         self.count = 0
@@ -148,7 +148,7 @@ class SnapshotKeeper:
 
     def opened(self, trigger: str) -> None:
         """The breaker opened: mark the snapshot before it (for `snapshots`)."""
-        held = self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
+        held = self._held(trigger)
         if held is not None and trigger != "manual":
             self._submit(("mark", held.id, trigger))
 
@@ -205,7 +205,7 @@ class SnapshotKeeper:
 
     def restore_lines(self, trigger: str) -> list[str]:
         """The escalation summary's words on the snapshot to restore, with the exact commands."""
-        held = self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
+        held = self._held(trigger)
         w = self.workspace
         if held is None:
             why = self.problem or "none was taken yet"
@@ -269,14 +269,12 @@ class SnapshotKeeper:
     def _open(self, store: SnapshotStore) -> None:
         try:
             store.open()
-            listed = store.list()
+            self.count, self.latest = store.count(), store.latest()
         except SnapshotError as exc:
             self._fault(exc)
             return
         if store.moved_aside is not None:
             self._warn("snapshot_store_corrupt", moved_to=str(store.moved_aside), hint="a new store was started")
-        self.count = len(listed)
-        self.latest = listed[-1] if listed else None
         self.bytes = store.size_on_disk()
         self._report_metrics()
 
@@ -291,8 +289,7 @@ class SnapshotKeeper:
             with self._lock:  # the next one looks at everything (the stat cache keeps that cheap)
                 self._pending = None
             if exc.kind == "corrupt" and retry:
-                moved = self._start_over(store, exc)
-                if moved is not False:
+                if self._start_over(store, exc):
                     self._snapshot(store, iteration, kind, retry=False)
                 return
             self._fault(exc)
@@ -321,14 +318,15 @@ class SnapshotKeeper:
             return
         if dropped:
             self.count = store.count()
-            if "snapshots_dropped" not in self._warned:
+            if not self._warnings.said("snapshots_dropped"):
                 self._warn("snapshots_dropped", count=dropped, budget=budget, store_bytes=self.bytes,
                            hint="the oldest snapshots go first to keep within --snapshot-budget")
             else:
                 log.info("snapshots_dropped", count=dropped, store_bytes=self.bytes)
         self._report_metrics()
 
-    def _start_over(self, store: SnapshotStore, exc: SnapshotError) -> Path | None | bool:
+    def _start_over(self, store: SnapshotStore, exc: SnapshotError) -> bool:
+        """A corrupt store moved aside and a new one begun; False when that failed too."""
         try:
             moved = store.start_over()
         except SnapshotError as again:
@@ -337,7 +335,7 @@ class SnapshotKeeper:
         self._warn("snapshot_store_corrupt", error=str(exc), moved_to=str(moved) if moved else None,
                    hint="a new store was started")
         self.latest, self.count = None, 0
-        return moved
+        return True
 
     def _fault(self, exc: SnapshotError) -> None:
         """Supervision goes on whatever happens here; the kind decides whether snapshots do."""
@@ -366,10 +364,12 @@ class SnapshotKeeper:
         if metrics is not None and hasattr(metrics, "snapshots"):
             metrics.snapshots(count=self.count, store_bytes=self.bytes)
 
+    def _held(self, trigger: str) -> SnapshotInfo | None:
+        """The snapshot to restore after `trigger`: for a destruction, the one taken before it."""
+        return self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
+
     def _warn(self, event: str, **fields: Any) -> None:
-        if event not in self._warned:
-            self._warned.add(event)
-            log.warning(event, **fields)
+        self._warnings.once(event, **fields)
 
 
 __all__ = ["SnapshotKeeper"]

@@ -37,6 +37,9 @@ class Warnings:
             self._said.add(key)
             log.warning(event_name or key, **fields)
 
+    def said(self, key: str) -> bool:
+        return key in self._said
+
 
 class Records:
     def __init__(self, state_dir: Path, goal: str, warnings: Warnings | None = None) -> None:

@@ -43,13 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store as state_files
+from ralph_supervisor.evidence.ignore import read_text
 from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.rotating import read_json_lines
 
 STORE_DIR = "snapshots"
 TRIPS_FILE = "trips.jsonl"
 LOCK_FILE = "store.lock"
 REF_PREFIX = "refs/snapshots/"
-KINDS = ("start", "iteration", "exit", "restore")
 """start: when the supervisor starts, before its first iteration; iteration: at an iteration's end;
 exit: when the supervisor exits in the middle of one; restore: taken by `restore` before it writes."""
 
@@ -475,10 +476,10 @@ class SnapshotStore:
             return None
         return self._latest()
 
-    def _latest(self) -> SnapshotInfo | None:
-        """The newest snapshot, read from the ref files; its commit is read only when it is not the one
-        this store wrote or read last (another process, a `restore`, may have added one)."""
-        refs = self._refs()
+    def _latest(self, refs: dict[str, str] | None = None) -> SnapshotInfo | None:
+        """The newest snapshot, read from the ref files (or `refs`, just read); its commit is read only when
+        it is not the one this store wrote or read last (another process, a `restore`, may have added one)."""
+        refs = self._refs() if refs is None else refs
         if not refs:
             return None
         commit = refs[max(refs)]
@@ -493,14 +494,14 @@ class SnapshotStore:
     def _refs(self) -> dict[str, str]:
         """The snapshot refs (name -> commit), loose and packed, read from the files: no git process."""
         refs: dict[str, str] = {}
-        for line in read_text_quietly(self.path / "packed-refs").splitlines():
+        for line in (read_text(self.path / "packed-refs") or "").splitlines():
             sha, _, ref = line.partition(" ")
             if ref.startswith(REF_PREFIX):
                 refs[ref[len(REF_PREFIX):]] = sha
         try:
             with os.scandir(self.path / REF_PREFIX) as entries:
                 for entry in entries:
-                    sha = read_text_quietly(Path(entry.path)).strip()
+                    sha = (read_text(Path(entry.path)) or "").strip()
                     if len(sha) == 40 and entry.name.isdigit():
                         refs[entry.name] = sha
         except OSError:
@@ -541,16 +542,17 @@ class SnapshotStore:
         self._open(create=True)
         if exclude is not None:
             self._write_exclude(exclude)
-        parent = self._latest()
+        refs = self._refs()  # under the store's lock: no other writer adds one meanwhile
+        parent = self._latest(refs)
         index = self.path / "index"
         full = (changed is None or parent is None or not index.exists()
-                or (full_every > 0 and self.count() % full_every == 0))
+                or (full_every > 0 and len(refs) % full_every == 0))
         if parent is not None and not index.exists():
             self._git.run("read-tree", parent.commit)  # the stat cache is lost, the content is not
         nested = set(parent.nested) if parent is not None else set()
         work = self._full_pass(nested) if full else self._changed_pass(changed or (), nested)
         moved = self._update(work)
-        next_id = max((int(name) for name in self._refs()), default=0) + 1  # even past an unreadable newest
+        next_id = max((int(name) for name in refs), default=0) + 1  # even past an unreadable newest
         return self._commit(next_id, iteration, kind, parent, work, moved, full, now)
 
     def _write_exclude(self, lines: Sequence[str]) -> None:
@@ -737,9 +739,7 @@ class SnapshotStore:
         path = self.path / f"{REF_PREFIX}{snapshot_id:08d}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(commit + "\n", encoding="ascii")
-            os.replace(tmp, path)
+            state_files.atomic_write_text(path, commit + "\n")
         except OSError as exc:
             raise SnapshotError(_errno_kind(exc), f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -803,17 +803,13 @@ class SnapshotStore:
             return moved
 
     def _trips(self) -> dict[int, str]:
-        try:
-            text = (self.path / TRIPS_FILE).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return {}
+        entries, _ = read_json_lines(self.path / TRIPS_FILE)  # a torn last line after a crash: the others count
         trips: dict[int, str] = {}
-        for line in text.splitlines():
+        for entry in entries:
             try:
-                entry = json.loads(line)
                 trips[int(entry["snapshot"])] = str(entry["trigger"])
             except (ValueError, KeyError, TypeError):
-                continue  # a torn last line after a crash: the others still count
+                continue
         return trips
 
     # -- restoring ------------------------------------------------------------------------------
@@ -862,13 +858,6 @@ class SnapshotStore:
             except OSError:
                 continue
         return len(files)
-
-
-def read_text_quietly(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _parse_ref_line(line: str) -> SnapshotInfo | None:
@@ -926,6 +915,6 @@ def exclude_lines(names: Collection[str], prefixes: Sequence[str], patterns: Seq
 
 
 __all__ = [
-    "KINDS", "SnapshotError", "SnapshotInfo", "SnapshotStore", "classify_failure", "exclude_lines", "find_git",
+    "SnapshotError", "SnapshotInfo", "SnapshotStore", "classify_failure", "exclude_lines", "find_git",
     "human_size", "read_summary", "restore_command", "summary",
 ]

@@ -30,6 +30,7 @@ import structlog
 
 from ralph_supervisor import store
 from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.records import Warnings
 from ralph_supervisor.report.account import Account, build_account, choose_runs, split_runs
 from ralph_supervisor.report.html import render_html
 from ralph_supervisor.report.markdown import render_markdown
@@ -153,7 +154,7 @@ class ReportWriter:
         self._lock = threading.Lock()
         self._pending: concurrent.futures.Future[None] | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._warned: set[str] = set()
+        self._warnings = Warnings()
         self._closing = False
         self.written = 0
 
@@ -180,10 +181,8 @@ class ReportWriter:
         if problem is None:
             self.written += 1
         elif not closing:
-            kind = problem.split(":")[0]
-            if kind not in self._warned:
-                self._warned.add(kind)
-                log.warning("report_unwritable", error=problem)
+            self._warnings.once(f"report_unwritable:{problem.split(':')[0]}", event_name="report_unwritable",
+                                error=problem)
 
     def close(self, timeout: float = 10.0) -> None:
         """End a render in progress (the one at exit follows); none starts after this."""
