@@ -466,3 +466,33 @@ def test_a_human_called_in_is_told_the_snapshot_to_restore_and_the_exact_command
     assert "newest snapshot (iteration 4" in decide
     code, out, _ = run_main(fixture(tmp_path / "other", "stuck"))
     assert "ralph-supervise restore" not in out  # no store: nothing to restore
+
+
+def test_the_diffstat_since_the_run_began_is_gits_own_summary_and_file_lines(tmp_path: Path) -> None:
+    """One `git diff --stat` gives both: its file lines and its last line, which is `--shortstat`."""
+    from ralph_supervisor.report.sources import read_git
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+
+    def git(*args: str, at: int | None = None) -> str:
+        stamp = {"GIT_AUTHOR_DATE": f"@{at} +0000", "GIT_COMMITTER_DATE": f"@{at} +0000"} if at else {}
+        return subprocess.run(["git", *args], cwd=ws, check=True, capture_output=True, text=True,
+                              env={**env, **stamp}).stdout
+
+    git("init", "-q")
+    (ws / "a.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "before", at=1796100000)
+    (ws / "a.py").write_text("x = 2\ny = 3\n")
+    (ws / "b.py").write_text("z = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "during", at=1796100600)
+    facts = read_git(ws, 1796100300)
+    base = git("rev-list", "-1", "--before=@1796100300", "HEAD").strip()
+    assert facts.diffstat == git("diff", "--shortstat", base, "HEAD").strip()
+    assert facts.diffstat.startswith("2 files changed")
+    assert [line.split("|")[0].strip() for line in facts.files] == ["a.py", "b.py"]
+    assert facts.commits[0][1] == "during" and facts.total_commits == 1

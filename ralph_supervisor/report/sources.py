@@ -232,13 +232,14 @@ def read_git(workspace: Path, since: float | None, *, timeout: float = GIT_TIMEO
         count = _git(workspace, ["rev-list", "--count", span], deadline).strip()
         # Against the empty tree when the repository was born during the run.
         against = base or _git(workspace, ["hash-object", "-t", "tree", "/dev/null"], deadline).strip()
-        short = _git(workspace, ["diff", "--no-color", "--shortstat", against, head], deadline)
-        stat = _git(workspace, ["diff", "--no-color", "--stat=100", against, head], deadline)
+        stat = _git(workspace, ["diff", "--no-color", "--stat=100", against, head], deadline)  # its last line: --shortstat
         dirty = _git(workspace, ["status", "--porcelain=v1", "--untracked-files=normal"], deadline)
     except RuntimeError as exc:
         return GitFacts(note=f"git: {exc}")
     commits = tuple((line.partition(" ")[0], line.partition(" ")[2]) for line in log.splitlines() if line.strip())
-    files = tuple(line.rstrip() for line in stat.splitlines()[:-1][:GIT_LOG_ROWS])
+    lines = stat.splitlines()
+    short = lines[-1] if lines else ""
+    files = tuple(line.rstrip() for line in lines[:-1][:GIT_LOG_ROWS])
     return GitFacts(commits=commits, total_commits=int(count) if count.isdigit() else len(commits),
                     base=base[:12], diffstat=short.strip(), files=files, uncommitted=_dirt(dirty))
 
