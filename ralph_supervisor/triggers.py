@@ -44,6 +44,9 @@ FINAL: frozenset[str] = frozenset({"blocked", *CAPS})
 HUMAN_ONLY: frozenset[str] = frozenset({"destructive"})
 """Triggers whose open never ends by a cooldown: the tree waits for a human (like `manual`), but they count."""
 
+WAITS_FOR_HUMAN: frozenset[str] = frozenset({*HUMAN_ONLY, MANUAL})
+"""Opens that no cooldown ends: only `resume` (or `reset`) does."""
+
 
 def rank(trigger: str) -> int:
     """The trigger's place in the precedence (unknown names last)."""

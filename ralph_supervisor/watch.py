@@ -31,6 +31,7 @@ from ralph_supervisor import control
 from ralph_supervisor.files import state_json
 from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
+from ralph_supervisor.triggers import WAITS_FOR_HUMAN
 from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's helpers live there
     as_float,
     as_int,
@@ -281,8 +282,8 @@ def clock(value: Any) -> str:
 
 
 def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
-    if view.get("state") != "OPEN" or view.get("final") is True or view.get("trigger") == "manual":
-        return None  # a final or manual open waits for a human, not for a clock
+    if view.get("state") != "OPEN" or view.get("final") is True or view.get("trigger") in WAITS_FOR_HUMAN:
+        return None  # a final, manual or destructive open waits for a human, not for a clock
     opened = parse_time(view.get("opened_at"))
     cooldown = as_float(view.get("cooldown_s"))
     if opened is None or cooldown is None:

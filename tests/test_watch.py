@@ -646,3 +646,13 @@ def test_a_usage_limit_wait_is_on_the_breaker_line() -> None:
     console.print(watch.render(snap, 1000.0))
     text = console.export_text()
     assert f"CLOSED  opens 0  LIMIT until {watch.clock(until)}: the tree waits for a usage limit" in text
+
+
+def test_only_an_open_a_cooldown_ends_counts_down_to_half_open() -> None:
+    """A manual or destructive open (and a final one) waits for a human: no "half-open in" clock."""
+    opened = {"state": "OPEN", "opened_at": "2026-12-01T08:00:00.000Z", "cooldown_s": 600, "final": False}
+    at = watch.parse_time(opened["opened_at"]) + 60
+    assert watch.cooldown_left({**opened, "trigger": "no-progress"}, at) == 540
+    for trigger in ("manual", "destructive"):
+        assert watch.cooldown_left({**opened, "trigger": trigger}, at) is None
+    assert watch.cooldown_left({**opened, "trigger": "no-progress", "final": True}, at) is None

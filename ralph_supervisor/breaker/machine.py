@@ -48,7 +48,7 @@ from ralph_supervisor.breaker.rules import Thresholds, is_neutral, progress_deta
 from ralph_supervisor.breaker.snapshot import REASON_MAX, Snapshot, State
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.text import one_line
-from ralph_supervisor.triggers import FINAL, HUMAN_ONLY, MANUAL, rank
+from ralph_supervisor.triggers import FINAL, WAITS_FOR_HUMAN, rank
 
 Action = Literal["none", "open", "half_open", "close", "final"]
 
@@ -162,7 +162,7 @@ class Breaker:
     def seconds_until_half_open(self, now: float) -> float | None:
         """How long until the cooldown ends (0 when due), or None when no cooldown is running."""
         s = self._s
-        if s.state is not State.OPEN or s.final or s.trigger == MANUAL or s.trigger in HUMAN_ONLY or s.opened_at is None:
+        if s.state is not State.OPEN or s.final or s.trigger in WAITS_FOR_HUMAN or s.opened_at is None:
             return None
         return max(0.0, s.opened_at + s.cooldown_s - now)
 
@@ -464,7 +464,7 @@ class Breaker:
     ) -> Decision:
         s = self._s
         if cooldown_s is None:
-            waits = s.trigger == MANUAL or s.trigger in HUMAN_ONLY
+            waits = s.trigger in WAITS_FOR_HUMAN
             cooldown_s = s.cooldown_s if s.state is State.OPEN and not s.final and not waits else 0.0
         return Decision(
             action=action,
