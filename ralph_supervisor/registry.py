@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store
+from ralph_supervisor.text import one_line
 
 REGISTRY_ENV = "RALPH_SUPERVISE_REGISTRY"
 FOLDER_NAME = "ralph-supervise"
@@ -144,7 +145,7 @@ def parse_entry(path: Path, raw: bytes) -> Entry:
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"not JSON ({str(exc)[:80]})") from None
+        raise ValueError(f"not JSON ({one_line(exc, 80)})") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     pid = _int(data.get("pid"))

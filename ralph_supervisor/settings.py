@@ -22,7 +22,9 @@ STATE_DIR_NAME = ".ralph-supervise"
 CONFIG_FILE_NAME = ".ralph-supervise.toml"
 RALPH_TAIL_DEFAULT = ".ralph/logs/claude_output_*.log"
 AGENT_NAMES = ("claude", "codex", "gemini", "opencode", "cursor-agent", "amp")
-"""The agent CLIs a call is recognised by when `--iteration-process` is not given."""
+"""The agent CLIs a call is recognised by when `--iteration-process` is not given. Cursor's newer command
+name `agent` (its adapter knows it) is left out: too common a name to take every such process for a paid
+call; `--iteration-process ...,agent` adds it."""
 
 
 class SettingsError(Exception):

@@ -176,7 +176,7 @@ class Supervisor:
             )
 
             self.metrics = Metrics(str(settings.workspace), settings.name)
-            self.metrics.follow(lambda: self.breaker.snapshot().to_dict())  # read at each scrape or textfile
+            self.metrics.follow(self._gauges)  # read at each scrape or textfile
             self.metrics.budgets(token=settings.token_budget, cost=settings.cost_budget,
                                  daily_token=settings.daily_token_budget, daily_cost=settings.daily_cost_budget)
 
@@ -475,8 +475,7 @@ class Supervisor:
             self._spawn()
 
     def _record_transition(self, decision: Decision) -> None:
-        self.records.transition(decision)
-        self.metrics.breaker_state(decision.state.value)
+        self.records.transition(decision)  # the breaker's gauges follow it (`_gauges`)
         if decision.state is State.OPEN:
             self.metrics.breaker_opened(decision.trigger)
         self.sd.status(self._sd_status())
@@ -801,6 +800,11 @@ class Supervisor:
                             timed_out=timed_out)
 
     # ------------------------------------------------------------------ small things
+
+    def _gauges(self) -> dict[str, Any]:
+        """What the metrics read of the breaker at each scrape (any thread: only reads)."""
+        snapshot = self.breaker.snapshot()
+        return {"state": snapshot.state.value, "final": snapshot.final, "iteration": snapshot.iteration}
 
     def _save(self) -> None:
         self.records.save(self.breaker.snapshot(), limit_until=self.limit_until)

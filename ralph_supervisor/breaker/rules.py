@@ -245,7 +245,7 @@ def no_call_reason(waited: float, t: Thresholds, loop_errors: tuple[str, ...]) -
     reason = (f"no agent call started for {seconds(waited)} (threshold {seconds(t.stall_s)}): "
               "the loop runs but never reaches its agent")
     if loop_errors:
-        reason += "; its last errors: " + " | ".join(one_line(line)[:160] for line in loop_errors[-3:])
+        reason += "; its last errors: " + " | ".join(one_line(line) for line in loop_errors[-3:])
     return reason
 
 
