@@ -70,7 +70,7 @@ def read_state(state_dir: Path) -> tuple[dict[str, Any], str]:
         value = data.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             out[key] = value
-    cost = data.get("cost_usd", data.get("cost_used"))  # status-shaped, or the breaker's own name
+    cost = data.get("cost_used")  # the breaker's own name in state.json
     if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost == cost and 0 <= cost < 1e12:
         out["cost_usd"] = float(cost)
     out["final"] = data.get("final") is True

@@ -136,8 +136,7 @@ class Claude(Adapter):
     commands = ("claude",)
     packages = ("@anthropic-ai/claude-code",)
     event_types: ClassVar[frozenset[str]] = STREAM_TYPES | {"result"}
-    distinctive: ClassVar[frozenset[str]] = frozenset({"assistant", "user", "system", "stream_event",
-                                                       "rate_limit_event", "conversation_reset"})
+    distinctive: ClassVar[frozenset[str]] = STREAM_TYPES
 
     def owns(self, output: Output) -> int:
         # A result object is Claude-shaped too (json mode prints nothing else).
