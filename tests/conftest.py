@@ -22,6 +22,10 @@ pytest_plugins = ("tests.helpers.fuzzing",)  # the `scratch` and `here` folders 
 
 from tests.helpers import EXAMPLES, REPO  # noqa: F401 - the tests import them from here too
 TEST_ID_VAR = "RALPH_TEST_ID"
+SESSION_VAR = "RALPH_TEST_SESSION"
+os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
+"""Every process this test process starts carries it, fixtures of a module or session included (they are set
+up before a test's own id exists): `no_process_left_by_fixtures` finds them by it at the end."""
 
 
 def processes_with_env(name: str, value: str, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
@@ -60,13 +64,44 @@ _starts = 0
 
 
 def _count_process_starts(event: str, _args: tuple[object, ...]) -> None:
-    """Audit hook: counts every way this interpreter starts a process (asyncio and multiprocessing included)."""
+    """Audit hook: counts every way this interpreter starts a process (asyncio included, and multiprocessing
+    with the fork method; its spawn and forkserver methods raise no audit event, and no test uses them)."""
     global _starts
     if event in _PROCESS_STARTS:
         _starts += 1
 
 
 sys.addaudithook(_count_process_starts)
+
+
+def _survivors(name: str, value: str, wait: float = 3.0) -> list[psutil.Process]:
+    """The processes carrying NAME=value still alive after up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    survivors = processes_with_env(name, value)
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.05)
+        survivors = processes_with_env(name, value)
+    return survivors
+
+
+def _kill_and_describe(survivors: list[psutil.Process]) -> list[str]:
+    described = []
+    for proc in survivors:
+        try:
+            described.append(f"{proc.pid} {' '.join(proc.cmdline())[:80]!r}")
+            proc.kill()
+        except psutil.Error:
+            pass
+    return described
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_by_fixtures() -> Iterator[None]:
+    """At the end of the session (of each worker): nothing any test or fixture of it started is alive."""
+    yield
+    survivors = _survivors(SESSION_VAR, os.environ[SESSION_VAR])
+    if survivors:
+        pytest.fail(f"the session left {len(survivors)} process(es) behind: {_kill_and_describe(survivors)}")
 
 
 @pytest.fixture(autouse=True)
@@ -82,20 +117,9 @@ def no_process_left_behind(monkeypatch: pytest.MonkeyPatch):
     yield test_id
     if _starts == starts_before:
         return
-    deadline = time.monotonic() + 3.0
-    survivors = processes_with_test_id(test_id)
-    while survivors and time.monotonic() < deadline:
-        time.sleep(0.05)
-        survivors = processes_with_test_id(test_id)
+    survivors = _survivors(TEST_ID_VAR, test_id)
     if survivors:
-        described = []
-        for proc in survivors:
-            try:
-                described.append(f"{proc.pid} {' '.join(proc.cmdline())[:80]!r}")
-                proc.kill()
-            except psutil.Error:
-                pass
-        pytest.fail(f"test left {len(survivors)} process(es) behind: {described}")
+        pytest.fail(f"test left {len(survivors)} process(es) behind: {_kill_and_describe(survivors)}")
 
 
 @pytest.fixture(autouse=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,11 +12,7 @@ from ralph_supervisor.evidence.destruction import (
     threshold_crossed,
 )
 from ralph_supervisor.evidence.workspace import ABSENT, Change
-
-
-def held(content: bytes) -> bytes:
-    """A file state as the watcher records it: size and content hash."""
-    return b"H" + len(content).to_bytes(8, "big") + hashlib.blake2b(content, digest_size=16).digest()
+from tests.helpers import held
 
 
 def change(path: str, before: bytes | None, after: bytes) -> Change:

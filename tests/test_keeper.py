@@ -4,7 +4,6 @@ supervision."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -19,16 +18,13 @@ from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.metrics import Metrics
 from ralph_supervisor.settings import load_settings
 from ralph_supervisor.snapshots import SnapshotStore
+from tests.helpers import held
 
 
 def keeper_for(ws: Path, state_dir: Path | None = None, **flags: object) -> tuple[SnapshotKeeper, list[str]]:
     settings = load_settings(workspace=str(ws), state_dir=str(state_dir) if state_dir else None, flags=flags, env={})
     reasons: list[str] = []
     return SnapshotKeeper(settings, on_destruction=reasons.append), reasons
-
-
-def held(content: bytes) -> bytes:
-    return b"H" + len(content).to_bytes(8, "big") + hashlib.blake2b(content, digest_size=16).digest()
 
 
 def warnings(logs: list[dict], event: str) -> list[dict]:

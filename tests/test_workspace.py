@@ -14,14 +14,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import replace
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
-from tests.helpers import wait_for
+from tests.helpers import held, wait_for
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
@@ -41,8 +41,6 @@ def git_repo(root: Path) -> Path:
     git(root, "add", "README.md")
     git(root, "commit", "-q", "-m", "initial")
     return root
-
-
 
 
 @pytest.fixture(params=["inotify", "polling"])
@@ -65,13 +63,6 @@ def watch(mode: str) -> Iterator[Callable[..., Workspace]]:
     yield make
     for ws in started:
         ws.stop()
-
-
-def held(content: bytes) -> bytes:
-    """The state `file_state` records for a regular file with this content."""
-    import hashlib
-
-    return b"H" + len(content).to_bytes(8, "big") + hashlib.blake2b(content, digest_size=16).digest()
 
 
 def iteration(ws: Workspace, action: Callable[[], object]) -> WorkspaceDelta:

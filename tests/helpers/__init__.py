@@ -1,4 +1,5 @@
-"""What the tests share: where the repository is, and how to wait for something to become true.
+"""What the tests share: where the repository is, how to wait for something to become true, and the state
+the watcher records for a file's content (`held`), written out here as the spec, not taken from the code.
 
 Waits poll with a generous deadline that returns as soon as the condition holds: on a loaded machine a
 test waits longer, it never fails for being slow.
@@ -9,6 +10,7 @@ test waits longer, it never fails for being slow.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,4 +35,9 @@ def wait_for(predicate: Callable[[], T], timeout: float = 20.0, what: str = "", 
         time.sleep(interval)
 
 
-__all__ = ["EXAMPLES", "REPO", "wait_for"]
+def held(content: bytes) -> bytes:
+    """A regular file's state as the watcher records it: b"H", the size (8 bytes), the blake2b-128 hash."""
+    return b"H" + len(content).to_bytes(8, "big") + hashlib.blake2b(content, digest_size=16).digest()
+
+
+__all__ = ["EXAMPLES", "REPO", "held", "wait_for"]
