@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers.fault_procs import loop_tree, states
+from tests.helpers.fault_procs import cli, loop_tree, states
 from tests.helpers.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
@@ -20,11 +20,6 @@ def state_of(state_dir: Path) -> dict:
         return json.loads((state_dir / "state.json").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def cli(workspace: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(supervise_argv(*args, "-w", str(workspace)), capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def tree_of(pid: int) -> list[psutil.Process]:

@@ -7,6 +7,7 @@ Each test proves several things with one supervisor run (the suite's time budget
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -16,18 +17,16 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers import fault_procs
 from tests.helpers.fault_procs import states
-from tests.helpers.supervise import LOOP, events, history, run, start, supervise_argv, wait_for
+from tests.helpers.supervise import LOOP, events, history, run, start, wait_for
 
 pytestmark = pytest.mark.slow
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
 
 
-def cli(workspace: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    return subprocess.run(supervise_argv(*args, "-w", str(workspace)), capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+cli = functools.partial(fault_procs.cli, timeout=60)  # `ralph-supervise ARGS -w workspace`, run to completion
 
 
 def git(workspace: Path, *args: str) -> str:
