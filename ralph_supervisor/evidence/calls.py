@@ -391,6 +391,8 @@ class CallWatcher:
         by_pid = {s.pid: s for s in stats}
         for stat in stats:
             name, cmdline = self._identity(stat)
+            if not is_agent_call(name, cmdline, self.names):
+                continue  # only agent calls are candidates (to begin, or to kill while holding)
             if self.shims is not None and (self.shims.is_shim(cmdline) or self._under_announced(stat, by_pid)):
                 continue  # a shim not yet exec'd, or (inside) a call its shim announced: the notice tells
             candidates.append((stat.pid, stat.create_time, name, cmdline))
@@ -417,12 +419,11 @@ class CallWatcher:
         for pid, ctime, name, cmdline in candidates:
             if (pid, ctime) in self._allowed or self.tracker.knows(pid, ctime):
                 continue
-            if is_agent_call(name, cmdline, self.names):
-                stat = next(s for s in stats if s.pid == pid)
-                if signal_if_same(pid, stat.start_ticks, signal.SIGKILL):
-                    self.refused += 1
-                    log.warning("agent_call_killed", pid=pid, name=name, holding=self._holding)
-                self.tracker.ignore_process(pid, ctime)
+            stat = next(s for s in stats if s.pid == pid)  # every candidate is an agent call
+            if signal_if_same(pid, stat.start_ticks, signal.SIGKILL):
+                self.refused += 1
+                log.warning("agent_call_killed", pid=pid, name=name, holding=self._holding)
+            self.tracker.ignore_process(pid, ctime)
 
     def refuse_process(self, stat: ProcStat) -> bool:
         """For the tree's stop (any thread): is this newcomer an agent call to kill at once?"""

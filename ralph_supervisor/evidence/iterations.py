@@ -169,10 +169,10 @@ class IterationTracker:
         self._closing: dict[int, CallEvidence] = {}
         """Calls that ended but whose last output may still be in analysis, by number."""
         self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS)
+        """The last error lines of output that was no call's (the loop's own)."""
         self.loop_wait_until = 0.0
         """Until when (wall clock) the loop said it waits on purpose (Ralph's hourly call limit, its retry
         after a usage limit): not reaching the agent meanwhile is no stall."""
-        """The last error lines of output that was no call's (the loop's own)."""
 
     @property
     def tag(self) -> int:

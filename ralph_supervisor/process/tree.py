@@ -125,7 +125,6 @@ class ProcessTree:
         self._helpers = helpers
         self._exclude = (lambda pid: pid in helpers or exclude(pid)) if exclude is not None else helpers.__contains__
         self._kill_timeout = kill_timeout
-        self._lock = threading.Lock()
         self._paused = False
         self._kill_requested = threading.Event()
 
@@ -144,10 +143,8 @@ class ProcessTree:
         stats = descendant_stats(self._root)
         if stats is None:
             return self._scan_stats()
-        if self._exclude is not None:
-            excluded = {s.pid for s in stats if self._exclude(s.pid)}
-            if excluded:
-                stats = walk(stats, [self._root], self._exclude)
+        if any(self._exclude(s.pid) for s in stats):
+            stats = walk(stats, [self._root], self._exclude)
         return stats
 
     @property
