@@ -101,10 +101,11 @@ def test_the_same_compile_error_five_times_opens_same_error(tmp_path: Path) -> N
     ledger = json.loads((tmp_path / ".ralph-supervise" / "ledger.json").read_text())
     outcomes = [a["outcome"] for a in ledger["attempts"]]
     # The stop lets a call already running when it was decided end in the loop's order (half the grace);
-    # on a busy machine the loop may have started call 6 before call 5 was judged. No call starts after.
-    started = {e["iteration"]: e["ts"] for e in events(tmp_path / ".ralph-supervise", "iteration_started")}
+    # on a busy machine the loop may have started call 6 before call 5 was judged (its `iteration_started`
+    # may still be logged after the open: the event is written when the notice is read). No call after it.
+    started = [e["iteration"] for e in events(tmp_path / ".ralph-supervise", "iteration_started")]
     assert outcomes[:5] == ["failure"] * 5 and len(outcomes) <= 6, outcomes
-    assert max(started) == len(outcomes) and all(started[n] < opened["ts"] for n in started), (started, opened)
+    assert max(started) == len(outcomes), (started, outcomes)
     assert "Failed to compile" in ledger["attempts"][0]["error"]
 
 
