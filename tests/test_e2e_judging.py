@@ -142,11 +142,16 @@ def test_dollar_budgets_stop_the_run_and_the_daily_one_spans_runs(tmp_path: Path
     code, state_dir = supervise(workspace, loop, "--cost-budget", "0.025", "--daily-cost-budget", "0.045")
     assert code == 2
     opened = history(state_dir)[-1]
-    assert opened["trigger"] == "cost-budget" and opened["iteration"] == 3 and "$0.0300 >= $0.0250" in opened["reason"]
-    assert json.loads((state_dir / "state.json").read_text())["cost_used"] == pytest.approx(0.03)
-    assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.03)
+    # Call 3 crosses the budget; on a busy machine call 4 may have begun before call 3 was judged (the open
+    # then carries its number, and the stop lets it end in the loop's order): its dollar counts too.
+    spent = json.loads((state_dir / "state.json").read_text())["cost_used"]
+    assert opened["trigger"] == "cost-budget" and opened["iteration"] in (3, 4), opened
+    assert spent == pytest.approx(0.01 * opened["iteration"]) or spent == pytest.approx(0.03), (spent, opened)
+    assert "$0.0300 >= $0.0250" in opened["reason"]
+    assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(spent)
     escalation = (state_dir / "escalation.md").read_text()
-    assert "dollars $0.03 of $0.03 (120 %)" in escalation  # the run's, against --cost-budget
+    share = round(spent * 100 / 0.025)
+    assert f"dollars ${spent:.2f} of $0.03 ({share} %)" in escalation  # the run's, against --cost-budget
     assert "raise the cap (`--cost-budget`)" in escalation
     # A new run: the run budget starts again, the day's spend does not.
     run(workspace, "reset")
