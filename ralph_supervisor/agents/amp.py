@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ralph_supervisor.agents.base import Output, text_of
 from ralph_supervisor.agents.claude import Claude
+from ralph_supervisor.agents.recognize import PromptMode
 
 
 class Amp(Claude):
@@ -17,6 +18,7 @@ class Amp(Claude):
     commands = ("amp",)
     family = "claude"  # type: ignore[assignment]
     packages = ("@sourcegraph/amp",)
+    prompt = PromptMode(flags=frozenset({"-x", "--execute"}))
 
     def owns(self, output: Output) -> int:
         # The same events as Claude's; what tells them apart is Amp's thread id ("T-...") as session id.

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 
 from ralph_supervisor.agents.limits import reset_time
 from ralph_supervisor.evidence.errors import MAX_ERROR_LINE, error_lines, is_error_line
-from ralph_supervisor.evidence.iterations import agent_name_matches
+from ralph_supervisor.agents.recognize import ANY, PromptMode, name_matches, stem
 from ralph_supervisor.text import clip as clip_text
 
 LineClass = Literal["usage-limit", "blocked"]
@@ -530,6 +530,8 @@ class Adapter:
     event_types: ClassVar[frozenset[str]] = frozenset()
     distinctive: ClassVar[frozenset[str]] = frozenset()
     """Event types only this agent prints: the evidence `owns` looks for when no process name says."""
+    prompt: ClassVar[PromptMode] = ANY
+    """How its CLI is run for a one-shot call (`-p`, `exec`): only those invocations are iterations."""
 
     @property
     def family(self) -> str:
@@ -541,13 +543,10 @@ class Adapter:
         the script it runs: its name, or the npm package it lives in."""
         if not self.commands:
             return False
-        if agent_name_matches(name, argv, self.commands):
+        if name_matches(name, argv, self.commands):
             return True
-        scripts = [arg for arg in argv[:2] if arg]
-        for script in scripts:
-            base = os.path.basename(script)
-            stem = base.rsplit(".", 1)[0] if base.endswith((".js", ".mjs", ".cjs", ".ts")) else base
-            if stem in self.commands or any(package in script for package in self.packages):
+        for script in (arg for arg in argv[:2] if arg):
+            if stem(script) in self.commands or any(package in script for package in self.packages):
                 return True
         return False
 

@@ -32,6 +32,7 @@ from ralph_supervisor.agents.base import (
     is_short_message,
     text_of,
 )
+from ralph_supervisor.agents.recognize import PromptMode
 from ralph_supervisor.agents.limits import reset_from_event
 
 STREAM_TYPES = frozenset({"assistant", "user", "system", "stream_event", "rate_limit_event", "conversation_reset"})
@@ -135,6 +136,7 @@ class Claude(Adapter):
     name = "claude"
     commands = ("claude",)
     packages = ("@anthropic-ai/claude-code",)
+    prompt = PromptMode(flags=frozenset({"-p", "--print"}))
     event_types: ClassVar[frozenset[str]] = STREAM_TYPES | {"result"}
     distinctive: ClassVar[frozenset[str]] = STREAM_TYPES
 

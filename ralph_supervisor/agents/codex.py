@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ralph_supervisor.agents.base import Adapter, Findings, Output, count, text_of
+from ralph_supervisor.agents.recognize import PromptMode
 
 TURN_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed"})
 ITEM_EVENTS = frozenset({"item.started", "item.updated", "item.completed", "item.plan.delta"})
@@ -36,6 +37,7 @@ class Codex(Adapter):
     name = "codex"
     commands = ("codex",)
     packages = ("@openai/codex",)
+    prompt = PromptMode(commands=frozenset({"exec", "e"}))
     event_types: ClassVar[frozenset[str]] = TURN_EVENTS | ITEM_EVENTS | {"error", "request_user_input"}
     distinctive: ClassVar[frozenset[str]] = TURN_EVENTS | ITEM_EVENTS
 

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from ralph_supervisor.agents.base import Output
 from ralph_supervisor.agents.claude import Claude
+from ralph_supervisor.agents.recognize import PromptMode
 
 
 class Cursor(Claude):
@@ -21,6 +22,7 @@ class Cursor(Claude):
     commands = ("cursor-agent", "agent")
     family = "claude"  # type: ignore[assignment]
     packages = ()
+    prompt = PromptMode(flags=frozenset({"-p", "--print"}))
     event_types: ClassVar[frozenset[str]] = Claude.event_types | {"tool_call"}
     distinctive: ClassVar[frozenset[str]] = frozenset({"tool_call"})
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ralph_supervisor.agents.base import Adapter, Findings, Output, classify_status, count, event_type, text_of
+from ralph_supervisor.agents.recognize import PromptMode
 
 STREAM_TYPES = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
 QUOTA_ERRORS = frozenset({"TerminalQuotaError", "RetryableQuotaError"})
@@ -39,6 +40,7 @@ class Gemini(Adapter):
     name = "gemini"
     commands = ("gemini",)
     packages = ("@google/gemini-cli",)
+    prompt = PromptMode(flags=frozenset({"-p", "--prompt"}))
     event_types: ClassVar[frozenset[str]] = STREAM_TYPES
     distinctive: ClassVar[frozenset[str]] = frozenset({"init", "message", "tool_result"})
 

@@ -28,6 +28,7 @@ from ralph_supervisor.agents.base import (
     dollars,
     text_of,
 )
+from ralph_supervisor.agents.recognize import PromptMode
 from ralph_supervisor.agents.limits import reset_time
 
 UNFINISHED = frozenset({"tool-calls", "error", "unknown", "other"})
@@ -43,6 +44,7 @@ class Opencode(Adapter):
     name = "opencode"
     commands = ("opencode",)
     packages = ("opencode-ai",)
+    prompt = PromptMode(commands=frozenset({"run"}))
     event_types: ClassVar[frozenset[str]] = frozenset({"step_start", "step_finish", "text", "reasoning", "tool_use",
                                                        "error", "done"})
     distinctive: ClassVar[frozenset[str]] = frozenset({"step_start", "step_finish", "text", "reasoning", "done"})

@@ -40,7 +40,9 @@ from typing import Any
 
 import structlog
 
-from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report, is_agent_call
+from ralph_supervisor.agents import ADAPTERS
+from ralph_supervisor.agents.recognize import Known, Recognised, is_interpreter, known, recognise, stem
+from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report
 from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read_notice
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.process.linux import (
@@ -180,7 +182,8 @@ class CallWatcher:
         self._holding: str | None = None
         self._allowed: set[tuple[int, float]] = set()
         self._cut_short: set[tuple[int, float]] = set()
-        self._identities: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...]]] = {}
+        self._identities: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...], Recognised | None]] = {}
+        self._known: Known = known(self.names, ADAPTERS.values())
         self._idle_since = time.time()
         self._last_end_marks: dict[str, int] | None = None
         """The pipes' marks at the last call's end (any thread writes it; a dict is replaced whole)."""
@@ -235,7 +238,7 @@ class CallWatcher:
         notice = read_notice(shims.calls / name, self._note_announced)  # noted before the file goes
         if notice is None:
             return None
-        real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
+        real = notice.kind == "call" and self._notice_is_call(notice)
         marks = self.hooks.marks() if real else None  # first: the agent is still starting, it printed nothing yet
         stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
         if running is not None:
@@ -323,7 +326,7 @@ class CallWatcher:
                     continue
             notice = read_notice(Path(entry.path), self._note_announced)
             if notice is not None:
-                real = notice.kind == "call" and is_agent_call(notice.name, notice.argv, self.names)
+                real = notice.kind == "call" and self._notice_is_call(notice)
                 stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
                 self._notice_arrived(notice, stat, running, False)
 
@@ -390,8 +393,8 @@ class CallWatcher:
         candidates = []
         by_pid = {s.pid: s for s in stats}
         for stat in stats:
-            name, cmdline = self._identity(stat)
-            if not is_agent_call(name, cmdline, self.names):
+            name, cmdline, call = self._identity(stat)
+            if call is None:
                 continue  # only agent calls are candidates (to begin, or to kill while holding)
             if self.shims is not None and (self.shims.is_shim(cmdline) or self._under_announced(stat, by_pid)):
                 continue  # a shim not yet exec'd, or (inside) a call its shim announced: the notice tells
@@ -403,7 +406,7 @@ class CallWatcher:
         if found is None:
             return
         stat = next(s for s in stats if (s.pid, s.create_time) == found)
-        name, argv = self._identity(stat)
+        name, argv, _ = self._identity(stat)
         fd = open_pidfd(stat.pid)
         if fd is not None and (read_stat(stat.pid) or stat).start_ticks != stat.start_ticks:
             os.close(fd)
@@ -412,8 +415,9 @@ class CallWatcher:
         running = _Running("", stat.start_ticks, fd, parent.name if parent is not None else "")
         if fd is not None and self._exits is not None:
             self._exits.watch(fd, running)
-        self.pool.submit(self.workspace.begin_iteration, "")
-        self._begin(stat, name, argv, running)
+        began = max(time.time() - process_age(stat.start_ticks), self._idle_since)  # the kernel's clock
+        self.pool.submit(self.workspace.begin_iteration, "", began)  # its first writes came before we saw it
+        self._begin(stat, name, argv, running, announced_at=began)
 
     def _kill_newcomers(self, stats: list[ProcStat], candidates: list[tuple[int, float, str, tuple[str, ...]]]) -> None:
         for pid, ctime, name, cmdline in candidates:
@@ -429,24 +433,28 @@ class CallWatcher:
         """For the tree's stop (any thread): is this newcomer an agent call to kill at once?"""
         if (stat.pid, stat.create_time) in self._allowed:
             return False
-        name, cmdline = self._identity(stat)
+        _, cmdline, call = self._identity(stat)
         if self.shims is not None and self.shims.is_shim(cmdline):
             return False  # it refuses by itself, with its own notice
-        return is_agent_call(name, cmdline, self.names)
+        return call is not None
 
-    def _identity(self, stat: ProcStat) -> tuple[str, tuple[str, ...]]:
-        """Name and command line, cached per process image. The name alone does not tell an exec: a pyenv
-        `python3` shim (bash) execs python3 under the same name, so the key holds where the code is mapped."""
+    def _notice_is_call(self, notice: Notice) -> bool:
+        return recognise(notice.name, notice.argv, self._known) is not None
+
+    def _identity(self, stat: ProcStat) -> tuple[str, tuple[str, ...], Recognised | None]:
+        """Name, command line and the agent call it is (None: not one), cached per process image. The name
+        alone does not tell an exec: a pyenv `python3` shim (bash) execs python3 under the same name, so the
+        key holds where the code is mapped."""
         key = (stat.pid, stat.start_ticks, stat.name, stat.code)
         known = self._identities.get(key)
         if known is None:
-            try:
-                with open(f"/proc/{stat.pid}/cmdline", "rb") as fh:
-                    raw = fh.read(65536)
-                cmdline = tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
-            except OSError:
-                cmdline = ()
-            known = self._identities[key] = (stat.name, cmdline)
+            cmdline = read_cmdline(stat.pid)
+            call = recognise(stat.name, cmdline, self._known)
+            if call is None and cmdline:
+                exe, script = resolved_paths(stat.pid, cmdline)
+                if exe or script:
+                    call = recognise(stat.name, cmdline, self._known, exe=exe, script=script)
+            known = self._identities[key] = (stat.name, cmdline, call)
             if len(self._identities) > IDENTITY_CACHE:
                 self._identities.clear()
         return known
@@ -461,8 +469,6 @@ class CallWatcher:
             self._settle.set()  # a new call began: the previous one's late output is over
         if stat is not None:
             self.tracker.ignore_process(stat.pid, stat.create_time)
-            if announced_at is None:  # sampled: its start from the kernel's clock (create_time is a second off)
-                announced_at = max(now - process_age(stat.start_ticks), self._idle_since)
         call = self.tracker.start(time.monotonic(), announced_at or now, stat.pid if stat else pid,
                                   stat.create_time if stat else None, name, argv, announced_at=announced_at,
                                   start_marks=running.start_marks, floor_marks=running.floor_marks)
@@ -609,8 +615,7 @@ class CallWatcher:
         if self.tracker.current is not None:
             self.tracker.current.cut_short = True
         for stat in members:
-            name, cmdline = self._identity(stat)
-            if is_agent_call(name, cmdline, self.names):
+            if self._identity(stat)[2] is not None:
                 self._cut_short.add((stat.pid, stat.create_time))
             self._allowed.add((stat.pid, stat.create_time))
         if len(self._cut_short) > 1024:
@@ -660,6 +665,35 @@ class CallWatcher:
     def _gap(self, delta: Any) -> None:
         log.info("changed_between_calls", files_changed=delta.files_changed, commits=delta.commits,
                  paths=list(delta.paths[:10]), iteration=self.tracker.number)
+
+
+def read_cmdline(pid: int) -> tuple[str, ...]:
+    """A process's arguments (the first 64 KiB: a command line of any size is read, never walked whole);
+    () when it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(65536)
+    except OSError:
+        return ()
+    return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+
+def resolved_paths(pid: int, cmdline: Sequence[str]) -> tuple[str, str]:
+    """The executable a process runs and, for an interpreter, its script, with symlinks resolved (a symlink
+    loop resolves to itself); "" where the process is gone or there is no script."""
+    try:
+        exe = os.path.realpath(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        exe = ""
+    script = ""
+    if cmdline and is_interpreter(stem(cmdline[0])):
+        operand = next((arg for arg in cmdline[1:4] if not arg.startswith("-")), "")
+        if operand:
+            try:
+                script = os.path.realpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), operand))
+            except OSError:
+                script = ""
+    return exe, script
 
 
 def _key(notice: Notice) -> str:

@@ -1,7 +1,7 @@
 """Cutting the run into iterations, and gathering each iteration's evidence.
 
 An iteration is one agent call: by default the life of a descendant process whose name is one of
-`--iteration-process` (`agent_name_matches` says how a name matches), or, with `--iteration-marker`,
+`--iteration-process` (`agents/recognize.py` says which processes are calls), or, with `--iteration-marker`,
 the stretch of output from one matching line to the next. The tracker collects what the output
 analysis finds for the call in progress and, when the call ends, hands back its `CallEvidence`;
 the supervisor adds the workspace delta and builds the `IterationReport`.
@@ -16,7 +16,6 @@ started (a `tee` behind the agent writes its last line late), is still the ended
 
 from __future__ import annotations
 
-import os
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,8 +24,6 @@ from typing import Iterable, Sequence
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.residual import states_blocker
 
-INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
-NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "--help", "-h"})
 MAX_ERROR_LINES = 50
 MAX_TEXT_BYTES = 2 << 20
 """The tail of a call's output kept for reading its reply (the result object comes last)."""
@@ -35,32 +32,6 @@ PENDING_MAX_BYTES = 2 << 20
 SETTLE_SECONDS = 0.15
 """How long after a call's end its late output (a tee, a pipe read late) is still its own."""
 LOOP_ERRORS = 5
-
-
-def _interpreter(base: str) -> bool:
-    return base in INTERPRETERS or re.fullmatch(r"python3(\.\d+)?|node\d*", base) is not None
-
-
-def agent_name_matches(name: str, cmdline: Sequence[str], names: Iterable[str]) -> bool:
-    """Does this process count as an agent call? (its name, basename of argv[0], or of argv[1] after an interpreter)"""
-    wanted = set(names)
-    if name in wanted:
-        return True
-    if not cmdline:
-        return False
-    first = os.path.basename(cmdline[0])
-    if first in wanted:
-        return True
-    if _interpreter(first) and len(cmdline) > 1:
-        return os.path.basename(cmdline[1]) in wanted
-    return False
-
-
-def is_agent_call(name: str, cmdline: Sequence[str], names: Iterable[str]) -> bool:
-    """An agent process that is a real call (`claude --version` and `--help` are not iterations)."""
-    if not agent_name_matches(name, cmdline, names):
-        return False
-    return not any(arg in NOT_A_CALL_FLAGS for arg in cmdline[1:])
 
 
 @dataclass(frozen=True)
@@ -221,13 +192,9 @@ class IterationTracker:
         return (pid, create_time) in self._skip
 
     def new_call_candidate(self, processes: Iterable[tuple[int, float, str, Sequence[str]]]) -> tuple[int, float] | None:
-        """Among (pid, create_time, name, cmdline), the oldest agent call not seen before, or None."""
-        found: list[tuple[float, int]] = []
-        for pid, ctime, name, cmdline in processes:
-            if (pid, ctime) in self._skip:
-                continue
-            if is_agent_call(name, cmdline, self.agent_names):
-                found.append((ctime, pid))
+        """Among agent calls (pid, create_time, name, cmdline), the oldest not seen before, or None (a
+        package runner and the agent it starts are both calls: the runner, older, is the one)."""
+        found = [(ctime, pid) for pid, ctime, _name, _cmdline in processes if (pid, ctime) not in self._skip]
         if not found:
             return None
         ctime, pid = min(found)

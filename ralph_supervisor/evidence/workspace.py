@@ -138,6 +138,17 @@ class _Segment:
     refs_after: GitRefs | None = None
     fingerprint: int = 0
     """The whole workspace's state when the segment closed."""
+    changes: list[tuple[int, str, bytes | None]] = field(default_factory=list)
+    """A gap's changes in order: (when, in epoch ns; path; its state before). A call found late (sampled)
+    takes from its gap what changed since its process began (`begin_iteration(since=)`)."""
+
+    def split(self, since_ns: int) -> dict[str, bytes | None]:
+        """The paths changed at or after `since_ns`, each with its state before the first such change. Pure."""
+        moved: dict[str, bytes | None] = {}
+        for at, path, before in self.changes:
+            if at >= since_ns and path not in moved:
+                moved[path] = before
+        return moved
 
     def delta(self) -> WorkspaceDelta:
         after = self.after or {}
@@ -149,6 +160,11 @@ class _Segment:
 
 
 CLOSED_SEGMENTS = 64
+GAP_CHANGES = 4096
+"""Changes a gap remembers with their times (the oldest go first: a late-found call wants the newest)."""
+COARSE_CLOCK_NS = 10_000_000
+"""File times come from the kernel's coarse clock and a process's start in clock ticks (10 ms): a change
+stamped this much before a call's start may still be the call's own first write, so it is."""
 """Closed call segments kept for their `end_iteration` (a caller that never asks does not grow us)."""
 
 
@@ -304,6 +320,18 @@ def file_state(path: Path) -> bytes:
     except OSError:
         return ABSENT if not os.path.lexists(path) else b"U%d:%d" % (st.st_size, st.st_mtime_ns)
     return b"H" + st.st_size.to_bytes(8, "big") + digest.digest()
+
+
+def _changed_at(path: Path, state: bytes) -> int:
+    """When a change happened (epoch ns): the file's ctime where it still exists (the kernel stamped the
+    write), else now (a deletion is seen after it happened, never before)."""
+    now = time.time_ns()
+    if state == ABSENT:
+        return now
+    try:
+        return min(now, os.lstat(path).st_ctime_ns)
+    except OSError:
+        return now
 
 
 def _join(parent: str, name: str) -> str:
@@ -476,10 +504,12 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def begin_iteration(self, key: str = "") -> None:
-        """Start a new iteration (segment `key`): earlier events are settled first and do not leak into it."""
+    def begin_iteration(self, key: str = "", since: float | None = None) -> None:
+        """Start a new iteration (segment `key`): earlier events are settled first and do not leak into it.
+        `since` (epoch seconds): the call began then, before it was found (a sampled process): what changed
+        in the gap since then is the call's."""
         self._sync()
-        self._open_segment(key)
+        self._open_segment(key, since)
 
     def end_iteration(self, key: str = "") -> WorkspaceDelta:
         """What changed in segment `key` (files: net change of state; commits: refs moved). A segment that
@@ -525,14 +555,18 @@ class Workspace:
             return False
         return True
 
-    def _open_segment(self, key: str | None) -> None:
-        """Close the open segment (a gap is handed to `on_gap`) and open `key`'s."""
+    def _open_segment(self, key: str | None, since: float | None = None) -> None:
+        """Close the open segment (a gap is handed to `on_gap`) and open `key`'s (with what the gap saw
+        change since `since`, when given). The close and the open are one step under the lock: a change
+        handled meanwhile on the watcher thread lands in the new segment, never in the one closing."""
         refs = read_git_refs(self.root)
-        gap = self._close_open(refs)
+        for path in self._take_stale():
+            self._evaluate(path)
         with self._lock:
+            gap, moved = self._close_open(refs, None if since is None else int(since * 1e9) - COARSE_CLOCK_NS)
             if key is not None:
                 self._closed.pop(key, None)  # a key used again (a recycled pid) starts afresh
-            self._segment = _Segment(key, refs)
+            self._segment = _Segment(key, refs, touched=moved)
             for path in self._absent:  # a path that comes back announces itself with a create event
                 if self._known.get(path) == ABSENT:
                     del self._known[path]
@@ -551,21 +585,24 @@ class Workspace:
                 return
         self._open_segment(None)
 
-    def _close_open(self, refs: GitRefs) -> WorkspaceDelta | None:
-        """Settle the open segment's files and keep it for `end_iteration`; return a gap's delta."""
-        for path in self._take_stale():
-            self._evaluate(path)
-        with self._lock:
-            segment = self._segment
-            segment.after = {path: self._known.get(path) for path in segment.touched}
-            segment.refs_after = refs
-            segment.fingerprint = self._fingerprint.value
-            if segment.key is None:
-                return segment.delta()
-            self._closed[segment.key] = segment
-            while len(self._closed) > CLOSED_SEGMENTS:
-                del self._closed[next(iter(self._closed))]
-        return None
+    def _close_open(self, refs: GitRefs, split_ns: int | None) -> tuple[WorkspaceDelta | None, dict[str, bytes | None]]:
+        """Under the lock: keep the open segment's end for `end_iteration`; return a gap's delta, and, for a
+        gap split at `split_ns`, what changed since then (each path with its state before), which the gap
+        leaves to the call."""
+        segment = self._segment
+        segment.after = {path: self._known.get(path) for path in segment.touched}
+        moved: dict[str, bytes | None] = {}
+        if split_ns is not None and segment.key is None:
+            moved = segment.split(split_ns)
+            segment.after.update(moved)  # the gap ends where the call's first change began
+        segment.refs_after = refs
+        segment.fingerprint = self._fingerprint.value
+        if segment.key is None:
+            return segment.delta(), moved
+        self._closed[segment.key] = segment
+        while len(self._closed) > CLOSED_SEGMENTS:
+            del self._closed[next(iter(self._closed))]
+        return None, moved
 
     def _on_call_notice(self, name: str) -> None:
         callback = self._on_notice
@@ -586,11 +623,16 @@ class Workspace:
             prev = self._known.get(path)
             if prev is None and created:
                 prev = ABSENT
-            touched = self._segment.touched
+            segment = self._segment
+            touched = segment.touched
             if path not in touched:
                 touched[path] = prev
             if prev is not None and prev == state:
                 return
+            if segment.key is None:
+                segment.changes.append((_changed_at(self.root / path, state), path, prev))
+                if len(segment.changes) > GAP_CHANGES:
+                    del segment.changes[: GAP_CHANGES // 4]
             self._fingerprint.change(path, prev, state)
             self._known[path] = state
             if state == ABSENT:
@@ -619,6 +661,7 @@ class Workspace:
             for table in (self._segment.touched, self._known):
                 for path in [p for p in table if _under(p, top)]:
                     del table[path]
+            self._segment.changes = [c for c in self._segment.changes if not _under(c[1], top)]
             self._stale = {p for p in self._stale if not _under(p, top)}
 
     def _mark_venv(self, directory: str) -> None:

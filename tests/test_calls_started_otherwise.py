@@ -1,0 +1,131 @@
+"""End to end: an agent the loop starts by absolute path, through `node` by its package path or through a
+package runner is a call like one found on PATH: each call gets the files it writes from its first instant,
+and a working loop is never stopped for no progress."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.supervise import events, history, run
+
+FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
+STATE = ".ralph-supervise"
+
+# A call that writes a new file at its very first instant, then works a while, then answers in JSON.
+EARLY_WRITER = r"""#!/bin/sh
+n=$(cat .ralph/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .ralph/count
+echo "step $n" > "step_$n.txt"
+sleep "${AGENT_WORK:-1}"
+echo '{"type":"result","subtype":"success","is_error":false,"result":"did step '$n'","total_cost_usd":0.01,"usage":{"input_tokens":1,"output_tokens":1}}'
+"""
+# The same agent as an npm package's script, for a real `node`.
+EARLY_WRITER_JS = r"""
+const fs = require("fs");
+if (process.argv.includes("--version")) { console.log("2.0.0 (fake)"); process.exit(0); }
+let n = 0;
+try { n = parseInt(fs.readFileSync(".ralph/count", "utf8"), 10) || 0; } catch (e) {}
+n += 1;
+fs.writeFileSync(".ralph/count", String(n));
+fs.writeFileSync(`step_${n}.txt`, `step ${n}\n`);
+setTimeout(() => {
+  console.log(JSON.stringify({type: "result", subtype: "success", is_error: false, result: `did step ${n}`,
+                              total_cost_usd: 0.01, usage: {input_tokens: 1, output_tokens: 1}}));
+}, 1000 * parseFloat(process.env.AGENT_WORK || "1"));
+"""
+# A package runner as npx is one: it starts the package's script as a child and waits for it.
+FAKE_NPX = r"""#!/bin/sh
+pkg=$1; shift
+node "$PKGS/node_modules/$pkg/cli.js" "$@" &
+child=$!
+trap 'kill -TERM $child' TERM
+wait $child
+"""
+
+
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / ".ralph").mkdir(parents=True)
+    (ws / ".gitignore").write_text(".ralph/\n")
+    return ws
+
+
+def installed(tmp_path: Path, name: str, text: str) -> Path:
+    """An executable `name` in a folder that is not on the loop's PATH: the loop names it by its path."""
+    folder = tmp_path / "opt" / "tools"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def package(tmp_path: Path) -> Path:
+    """node_modules/@anthropic-ai/claude-code/cli.js, as an npm install lays it out (the agent's script fake)."""
+    root = tmp_path / "pkgs"
+    cli = root / "node_modules" / "@anthropic-ai" / "claude-code" / "cli.js"
+    cli.parent.mkdir(parents=True)
+    cli.write_text(EARLY_WRITER_JS)
+    return root
+
+
+def assert_each_call_got_its_own_file(ws: Path, calls: int, result) -> None:
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    done = events(ws / STATE, "iteration_finished")
+    assert [e["iteration"] for e in done] == list(range(1, calls + 1))
+    assert [e["files_changed"] for e in done] == [1] * calls, [(e["iteration"], e["paths"]) for e in done]
+    assert [e["paths"] for e in done] == [[f"step_{n}.txt"] for n in range(1, calls + 1)]
+    assert all(e["agent"] == "claude" and e["tokens"] == 2 for e in done)
+    assert events(ws / STATE, "changed_between_calls") == []
+    assert [h for h in history(ws / STATE) if h["to"] == "OPEN"] == []
+
+
+@pytest.mark.slow
+def test_calls_by_absolute_path_get_the_files_they_write_at_their_first_instant(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    claude = installed(tmp_path, "claude", EARLY_WRITER)
+    script = f"for i in 1 2 3 4; do {claude} -p go --output-format json; sleep 0.3; done"
+    result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--", "bash", "-c", script,
+                 env={"AGENT_WORK": "0.8"}, timeout=90)
+    assert_each_call_got_its_own_file(ws, 4, result)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is needed to run an npm package's script")
+def test_a_loop_calling_node_on_the_agents_package_path_is_supervised(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    root = package(tmp_path)
+    cli = root / "node_modules" / "@anthropic-ai" / "claude-code" / "cli.js"
+    script = (f"for i in 1 2 3; do node {cli} -p go --output-format json; sleep 0.3; done; "
+              f"node {cli} --version >/dev/null 2>&1; true")
+    result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--", "bash", "-c", script,
+                 env={"AGENT_WORK": "0.8"}, timeout=90)
+    assert_each_call_got_its_own_file(ws, 3, result)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is needed to run an npm package's script")
+def test_a_loop_calling_its_agent_through_a_package_runner_counts_one_call_per_run(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    root = package(tmp_path)
+    npx = installed(tmp_path, "npx", FAKE_NPX)
+    script = f"for i in 1 2 3; do {npx} @anthropic-ai/claude-code -p go --output-format json; sleep 0.3; done"
+    result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--", "bash", "-c", script,
+                 env={"AGENT_WORK": "0.8", "PKGS": str(root)}, timeout=90)
+    assert_each_call_got_its_own_file(ws, 3, result)
+    assert events(ws / STATE, "agent_call_parallel") == [], "the runner and the script it starts are one call"
+
+
+@pytest.mark.slow
+def test_a_stuck_loop_calling_its_agent_by_absolute_path_is_still_caught(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    stuck = EARLY_WRITER.replace('echo "step $n" > "step_$n.txt"\n', "")
+    claude = installed(tmp_path, "claude", stuck)
+    script = f"while :; do {claude} -p go --output-format json; sleep 0.2; done"
+    result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--on-open", "stop", "--", "bash", "-c",
+                 script, env={"AGENT_WORK": "0.5"}, timeout=90)
+    assert result.returncode == 2
+    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"][0]
+    assert (opened["trigger"], opened["iteration"]) == ("no-progress", 2)
