@@ -6,7 +6,7 @@ All numbers are of the supervisor process only: CPU from /proc/PID/stat (utime +
 included), memory from /proc/PID/status (VmRSS) and wait4's ru_maxrss.
   1. Idle for 60 s (--quick 10 s), side by side (two supervisors at once):
      a. between agent calls: a loop of six sleeping processes, no agent call (the tick runs every 0.5 s);
-     b. inside a silent agent call: `bash -c 'timeout 1000 claude'` where this `claude` prints nothing and
+     b. inside a silent agent call: `bash -c 'timeout 1000 claude -p go'` where this `claude` prints nothing and
         sleeps (the tick runs every 0.1 s and samples the call's CPU for the stall rule).
      Target: < 0.5 % of one core.
   2. 10 MB/s of realistic agent output (stream-json, long tool results, test lines, a few errors) for 30 s
@@ -117,7 +117,7 @@ def bench_idle(seconds: float) -> tuple[list[kit.Row], dict[str, float]]:
     fake_agent(bin_dir, "sleep 1000\n:")  # no exec: the `claude` process itself must stay alive
     loop = "for i in 1 2 3 4 5; do sleep 1000 & done; wait"
     between = kit.start(kit.supervisor_argv(between_ws, ["bash", "-c", loop], "--grace", "2"))
-    inside = kit.start(kit.supervisor_argv(inside_ws, ["bash", "-c", "timeout 1000 claude; wait"], "--grace", "2"),
+    inside = kit.start(kit.supervisor_argv(inside_ws, ["bash", "-c", "timeout 1000 claude -p go; wait"], "--grace", "2"),
                        env=agent_loop_env(bin_dir))
     try:
         if not wait_for_iteration(inside_ws):
@@ -159,7 +159,7 @@ def bench_rate(seconds: float, rate: float = 10e6) -> tuple[list[kit.Row], dict[
     bin_dir = tmp / "bin"
     total = int(rate * (seconds + 6))
     fake_agent(bin_dir, writer_cmd(total, rate))
-    sup = kit.start(kit.supervisor_argv(workspace, ["bash", "-c", "timeout 1000 claude"], "--grace", "2"),
+    sup = kit.start(kit.supervisor_argv(workspace, ["bash", "-c", "timeout 1000 claude -p go"], "--grace", "2"),
                     env=agent_loop_env(bin_dir))
     writer = kit.start([sys.executable, str(Path(__file__).resolve()), "--write", str(total), "--rate", str(rate)],
                        stdout=subprocess.PIPE)
@@ -210,7 +210,7 @@ def bench_output(total: int) -> tuple[list[kit.Row], dict[str, float]]:
     ready = tmp / "go"
     # The call waits for `go` so the baseline RSS is taken before any output.
     fake_agent(bin_dir, f"while [ ! -e {shlex.quote(str(ready))} ]; do sleep 0.05; done\n{writer_cmd(total, 0)}")
-    sup = kit.start(kit.supervisor_argv(workspace, ["bash", "-c", "timeout 3000 claude"], "--grace", "2"),
+    sup = kit.start(kit.supervisor_argv(workspace, ["bash", "-c", "timeout 3000 claude -p go"], "--grace", "2"),
                     env=agent_loop_env(bin_dir))
     try:
         if not wait_for_iteration(workspace):
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 Machine: {kit.machine_line()}; load average {load_start:.1f} at the start, {load_end:.1f} at the end (the machine was
 shared with other work). Mode: {"quick" if args.quick else "full"}. CPU is the supervisor process's own utime + stime
 (all its threads) from /proc/PID/stat over the window, as % of one core; memory is its VmRSS (and wait4's ru_maxrss).
-The agent call is `bash -c 'timeout N claude'` with a fake `claude` on PATH; the output is realistic agent output
+The agent call is `bash -c 'timeout N claude -p go'` with a fake `claude` on PATH; the output is realistic agent output
 (stream-json events, long tool results, test lines, a few error lines), as in `scripts/bench_tap.py`.
 
 {kit.table(rows)}

@@ -11,8 +11,11 @@ Two ways to see a call:
   `PATH`, or with no shims at all: the tree is sampled on each tick and a new agent process begins a call;
   a pidfd still tells its end. A process named like a shimmed agent gets a moment for its notice first.
 
-While a stop is decided or the tree is frozen (`hold`), every shim refuses (exit 143) and any agent process
-that still appears is killed at once; both count as refused.
+No call starts before the one before it is judged: a shim waits while the verdict is pending (see
+`shims.py`), and a sampled call seen meanwhile is frozen (SIGSTOP) until the verdict is in, then thawed and
+begun, or killed when the verdict stopped the loop. While a stop is decided or the tree is frozen (`hold`),
+every shim refuses (exit 143) and any agent process that still appears is killed at once; both count as
+refused.
 
 Usage (the supervisor's wiring):
 
@@ -62,6 +65,8 @@ ANNOUNCED_KEPT = 256
 STRAY_NOTICE_SECONDS = 1.0
 """A notice the watcher thread has not taken after this long is read by the tick (a lost event)."""
 IDENTITY_CACHE = 4096
+STALE_PENDING_SECONDS = 2.0
+"""A shim's pending mark no call awaits after this long is swept (its notice was lost)."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,10 @@ class CallWatcher:
         self._exits: _Exits | None = None
         self._announced: dict[int, float] = {}
         """pid -> announcement time of the notices read lately (the sampler leaves those processes alone)."""
+        self._awaiting: set[int] = set()
+        """Shimmed calls begun and not yet judged (their pending marks stay)."""
+        self._gated: dict[tuple[int, int], ProcStat] = {}
+        """Sampled calls frozen until the verdict on the call before them is in."""
 
     # ------------------------------------------------------------------ set-up
 
@@ -251,6 +260,8 @@ class CallWatcher:
             self._last_end_marks = marks
         if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
             self._let_go(running)
+            if self.shims is not None:
+                self.shims.judged(notice.pid)
             return None
         return running.key if running is not None else None
 
@@ -339,10 +350,12 @@ class CallWatcher:
         if notice.kind == "missing":
             self._missing(notice)
             return
-        if held is None:  # --version, --help
+        if held is None:  # --version, --help, claude mcp list
+            self._judged(notice.pid)
             return
         if stat is not None and self.tracker.knows(stat.pid, stat.create_time):  # the sampler was quicker
             self._let_go(held)
+            self._judged(notice.pid)
             return
         running = self._running
         if running is not None and (running.exited or (running.fd is not None and _readable(running.fd))):
@@ -352,7 +365,9 @@ class CallWatcher:
             log.warning("agent_call_parallel", pid=notice.pid, running=running.call.pid if running.call else None,
                         note="one call at a time: this one is not an iteration of its own")
             self._let_go(held)
+            self._judged(notice.pid)
             return
+        self._awaiting.add(notice.pid)
         if not queued:  # read by the tick: no segment opened in the queue, so open one now
             self.pool.submit(self.workspace.begin_iteration, held.key)
         # A call whose process is already gone (a crash in a millisecond) still ran: it begins and ends here.
@@ -380,6 +395,8 @@ class CallWatcher:
         """Tick: begin calls no shim announced; end a call whose process left without a pidfd to say so;
         while holding, kill agent processes that appear."""
         self.poll_notices(now)
+        if self.shims is not None:
+            self.shims.sweep_pending(self._awaiting, now - STALE_PENDING_SECONDS)
         running = self._running
         if running is not None:
             call = running.call
@@ -406,6 +423,11 @@ class CallWatcher:
         if found is None:
             return
         stat = next(s for s in stats if (s.pid, s.create_time) == found)
+        if self._verdict_pending():  # frozen until the call before it is judged; begun at a tick after that
+            if (stat.pid, stat.start_ticks) not in self._gated and signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
+                self._gated[(stat.pid, stat.start_ticks)] = stat
+                log.info("agent_call_gated", pid=stat.pid, name=stat.name, until="the verdict on the call before it")
+            return
         name, argv, _ = self._identity(stat)
         fd = open_pidfd(stat.pid)
         if fd is not None and (read_stat(stat.pid) or stat).start_ticks != stat.start_ticks:
@@ -564,12 +586,38 @@ class CallWatcher:
         self.tracker.claim_late_output(call)
         delta = await asyncio.wrap_future(delta_future)
         report = self.hooks.build(call, ended, delta, exit_status=code, killed_by=sig, timed_out=timed_out)
-        await self._deliver(report, ended, call.number)
+        await self._deliver(report, ended, call.number, call.pid)
 
-    async def _deliver(self, report: IterationReport, ended: float, number: int) -> None:
+    async def _deliver(self, report: IterationReport, ended: float, number: int, pid: int | None = None) -> None:
         self.tracker.release(number)
         self._last_usage_limited = report.usage_limited
-        await self.hooks.report(report, ended)
+        try:
+            await self.hooks.report(report, ended)
+        finally:
+            self._judged(pid)
+            self._thaw_gated()
+
+    def _verdict_pending(self) -> bool:
+        return self._finishing is not None and not self._finishing.done()
+
+    def _judged(self, pid: int | None) -> None:
+        """The verdict on `pid`'s call is in (or it was no call): the shim of the next one may go on."""
+        if pid is None:
+            return
+        self._awaiting.discard(pid)
+        if self.shims is not None:
+            self.shims.judged(pid)
+
+    def _thaw_gated(self) -> None:
+        """The verdict is in: the sampled calls frozen meanwhile run on (begun at the next tick), unless that
+        verdict stopped or froze the loop (the hold refuses them) or another call's verdict is still due
+        (its delivery thaws them)."""
+        later = self._finishing
+        if self._holding is not None or (later is not None and not later.done() and later is not asyncio.current_task()):
+            return
+        gated, self._gated = self._gated, {}
+        for stat in gated.values():
+            signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT)
 
     async def finish_current(self) -> None:
         """The loop exited: end the call in progress (its pidfd says whether it is gone) and wait for
@@ -630,6 +678,9 @@ class CallWatcher:
         """New calls may start again (a resume, a trial, a restart); the wait for one counts from now."""
         self._holding = None
         self._allowed.clear()
+        gated, self._gated = self._gated, {}
+        for stat in gated.values():  # frozen while a verdict was due, then held: they may run now
+            signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT)
         self._idle_since = max(self._idle_since, time.time())
         if self.shims is not None:
             try:

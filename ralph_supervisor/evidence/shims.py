@@ -4,12 +4,16 @@ The supervisor puts `STATE/shims/bin` first on the child's `PATH`, with one smal
 agent name. A loop that runs `claude` (directly, through GNU `timeout`, in the background) runs the script,
 which:
 
-1. exits at once with 143 when the supervisor refuses new calls (`STATE/shims/refuse` exists: a stop is
+1. waits while an earlier call's verdict is pending (a file in `STATE/shims/pending/`, made by that call's
+   shim and removed by the supervisor once the call is judged; a call still running does not hold others
+   back), so that no call starts before the one before it is judged; it stops waiting when the verdict is in, the supervisor refuses, the supervisor is
+   gone, or after `GATE_SECONDS` (the call then runs: a supervisor that does not answer never stops a loop);
+2. exits at once with 143 when the supervisor refuses new calls (`STATE/shims/refuse` exists: a stop is
    decided, or the tree is frozen), after leaving a `refused` notice;
-2. finds the real agent on the rest of `PATH` (without the shim folder), with shell builtins only;
-3. writes a notice `STATE/shims/calls/PID` with one builtin redirection (no fork, never blocks; when the
-   folder is gone the write fails silently and the call goes on);
-4. `exec`s the real agent with `PATH` as it was minus the shim folder.
+3. finds the real agent on the rest of `PATH` (without the shim folder), with shell builtins only;
+4. marks its own verdict pending, then writes a notice `STATE/shims/calls/PID` with one builtin redirection
+   (no fork, never blocks; when the folder is gone the write fails silently and the call goes on);
+5. `exec`s the real agent with `PATH` as it was minus the shim folder.
 
 `exec` keeps the pid, so the notice names the agent process itself, whose end a pidfd then tells. Not found:
 a `missing` notice (with the `PATH` searched), `NAME: command not found` on stderr, exit 127, what a shell
@@ -49,6 +53,8 @@ KINDS = frozenset({"call", "missing", "refused"})
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 """An agent name the shim may carry: a plain file name, no path separator, no shell metacharacters."""
 MAX_NOTICE_BYTES = 1 << 20
+GATE_SECONDS = 5.0
+"""The longest a shim waits for the verdict on the call before it (one `sleep 0.01` a step)."""
 
 
 def bad_agent_name(name: str) -> str | None:
@@ -81,6 +87,34 @@ class ShimDir:
     def refuse_flag(self) -> Path:
         return self.root / "refuse"
 
+    @property
+    def pending(self) -> Path:
+        """One file per call whose verdict is pending (named by its pid): the next shim waits for it to go."""
+        return self.root / "pending"
+
+    def judged(self, pid: int | None) -> None:
+        """The call of `pid` is judged (or was no call): the next call may start."""
+        if pid is None:
+            return
+        try:
+            (self.pending / str(pid)).unlink()
+        except OSError:
+            pass
+
+    def sweep_pending(self, keep: set[int], older_than: float) -> None:
+        """Remove pending marks of no call awaiting its verdict (a notice lost, a call never judged)."""
+        try:
+            entries = list(os.scandir(self.pending))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                if int(entry.name) in keep or entry.stat().st_mtime > older_than:
+                    continue
+                os.unlink(entry.path)
+            except (OSError, ValueError):
+                continue
+
     def path_for(self, path: str | None) -> str:
         """The child's PATH: the shims first, then what it would have had."""
         return f"{self.bin}:{path}" if path else str(self.bin)
@@ -111,9 +145,11 @@ def _notice(kind: str, name: str, at: str, target: str, calls: Path) -> str:
             f"{target} \"$#\"; printf '%s\\0' \"$@\"; }} 2>/dev/null >{shlex.quote(str(calls))}/\"$$\"")
 
 
-def shim_script(name: str, shims: ShimDir, bash: str | None) -> str:
-    """The text of one shim. Pure. `bash`: the bash to run it (None: /bin/sh)."""
+def shim_script(name: str, shims: ShimDir, bash: str | None, supervisor_pid: int = 0) -> str:
+    """The text of one shim. Pure. `bash`: the bash to run it (None: /bin/sh); `supervisor_pid`: the
+    supervisor whose verdicts it waits for (0: none to wait for)."""
     q = shlex.quote
+    steps = int(GATE_SECONDS / 0.01) if supervisor_pid else 0
     at = '"$EPOCHREALTIME"' if bash else "''"
     run = f'exec -a {q(name)} "$_rs_x" "$@"' if bash else 'exec "$_rs_x" "$@"'
     return f"""#!{bash + ' -p' if bash else '/bin/sh'}
@@ -127,6 +163,12 @@ case $PATH in
 *:"$_rs_d":*) _rs_p=${{PATH%%:"$_rs_d":*}}:${{PATH#*:"$_rs_d":}} ;;
 *) _rs_p=$PATH ;;
 esac
+_rs_busy() {{ for _rs_f in {q(str(shims.pending))}/*; do [ -e "$_rs_f" ] && [ ! -d "/proc/${{_rs_f##*/}}" ] && return 0; done; return 1; }}
+_rs_n=0
+while [ "$_rs_n" -lt {steps} ] && [ ! -e {q(str(shims.refuse_flag))} ] && [ -d /proc/{supervisor_pid} ] && _rs_busy; do
+sleep 0.01 2>/dev/null || break
+_rs_n=$((_rs_n + 1))
+done
 if [ -e {q(str(shims.refuse_flag))} ]; then
 {_notice("refused", name, at, "''", shims.calls)}
 exit 143
@@ -146,16 +188,19 @@ if [ -z "$_rs_x" ]; then
 printf '%s: command not found\\n' {q(name)} >&2
 exit 127
 fi
+: 2>/dev/null >{q(str(shims.pending))}/"$$"
 {_notice("call", name, at, '"$_rs_x"', shims.calls)}
 PATH=$_rs_p
 {run}
 """
 
 
-def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = True) -> ShimDir:
-    """Write one shim per name under `root/bin` (replacing what a previous run left), an empty calls
-    folder, no refuse flag. `bash`: True finds bash on this machine, False or None uses /bin/sh, a path
-    uses that bash. Raises OSError (read-only state folder, say) and ValueError (a path with ':')."""
+def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = True,
+                  supervisor_pid: int | None = None) -> ShimDir:
+    """Write one shim per name under `root/bin` (replacing what a previous run left), empty calls and
+    pending folders, no refuse flag. `bash`: True finds bash on this machine, False or None uses /bin/sh, a
+    path uses that bash; `supervisor_pid` (default: this process) is whose verdicts the shims wait for.
+    Raises OSError (read-only state folder, say) and ValueError (a path with ':')."""
     root = Path(root).absolute()
     if ":" in str(root):
         raise ValueError(f"{root}: a folder whose path holds ':' cannot go on PATH")
@@ -172,9 +217,11 @@ def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = Tr
     shutil.rmtree(root, ignore_errors=True)
     shims.bin.mkdir(parents=True)
     shims.calls.mkdir()
+    shims.pending.mkdir()
+    owner = os.getpid() if supervisor_pid is None else supervisor_pid
     for name in shims.names:
         path = shims.bin / name
-        path.write_text(shim_script(name, shims, shell))
+        path.write_text(shim_script(name, shims, shell, owner))
         path.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     return shims
 

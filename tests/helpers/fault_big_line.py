@@ -25,7 +25,8 @@ def wait(path: str) -> None:
 
 
 if __name__ == "__main__":
-    folder, mib = sys.argv[1], int(sys.argv[2])
+    args = [arg for arg in sys.argv[1:] if arg != "-p"]  # `claude -p CONTROL MIB`: a prompt-mode agent call
+    folder, mib = args[0], int(args[1])
     wait(os.path.join(folder, "go-write"))
     chunk = block()
     out = sys.stdout.buffer
