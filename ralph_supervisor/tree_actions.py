@@ -42,6 +42,8 @@ class CallGate(Protocol):
 
     def refuse_process(self, stat: ProcStat) -> bool: ...
 
+    def running_calls(self, members: Sequence[ProcStat]) -> frozenset[tuple[int, int]]: ...
+
 
 class TreeActions:
     """Pause, resume and stop the tree. Callers hold `lock` around a sequence of actions that belong together."""
@@ -91,16 +93,20 @@ class TreeActions:
         return count
 
     async def stop(self, why: str, iteration: int) -> StopResult:
-        """No new call from now on; TERM the loop's group, then the rest once it exited or half the grace
-        passed, KILL at the grace, re-scan until nothing is left; logs `tree_stopped` with the survivors."""
+        """No new call from now on; TERM the loop's group but its agent calls, then the rest once it exited or
+        half the grace passed, KILL at the grace, re-scan until nothing is left; logs `tree_stopped` with the survivors."""
         calls = self.calls
+        running: frozenset[tuple[int, int]] = frozenset()
         if calls is not None:
-            calls.hold("stop", self.tree.sample())
+            members = self.tree.sample()
+            calls.hold("stop", members)
+            running = calls.running_calls(members)
         self.stopping = True
         try:
             self._extend_timeout(self.grace + 10)
             result = await asyncio.to_thread(self.tree.stop, self.grace, leader=self._leader(),
-                                             refuse=calls.refuse_process if calls is not None else None)
+                                             refuse=calls.refuse_process if calls is not None else None,
+                                             calls=running)
             self._collect_exits()  # while `stopping` holds: these exits are ours, not the loop's own
             self.record_stop(result, why, iteration)
             self.paused = False

@@ -129,3 +129,45 @@ def test_a_stuck_loop_calling_its_agent_by_absolute_path_is_still_caught(tmp_pat
     assert result.returncode == 2
     opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"][0]
     assert (opened["trigger"], opened["iteration"]) == ("no-progress", 2)
+
+
+SLOW_AGENT = r"""#!/bin/sh
+trap 'echo "agent TERM $(date +%s.%N)" >> "$LOG"; exit 143' TERM
+echo "agent start $(date +%s.%N)" >> "$LOG"
+sleep 30 & wait
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["foreground", "piped"])
+def test_a_stop_lets_the_loop_record_its_interruption_while_its_call_in_its_own_group_still_works(
+        tmp_path: Path, form: str) -> None:
+    """Ralph's loop runs its agent in the loop's own process group (no `timeout` group), with a TERM trap
+    that writes `interrupted`. The stop TERMs the loop and its monitor `sleep` first, and the call (and the
+    `tee` reading it) only once half the grace has passed."""
+    from tests.helpers.supervise import start, wait_for
+
+    ws = workspace(tmp_path)
+    log_file = tmp_path / "order.log"
+    claude = installed(tmp_path, "claude", SLOW_AGENT)
+    call = f"{claude} -p go" if form == "foreground" else f"{claude} -p go | tee -a out.log"
+    script = (f"trap 'echo \"loop TERM $(date +%s.%N)\" >> {log_file}; echo interrupted > status' TERM; "
+              f"while :; do ( {call} ) & job=$!; while kill -0 $job 2>/dev/null; do sleep 10 & wait $!; done; "
+              "echo \"failed\" >> status; done")
+    proc = start(ws, *FAST, "--grace", "3", "--", "bash", "-c", script, env={"LOG": str(log_file)})
+    try:
+        wait_for(lambda: log_file.exists() and "agent start" in log_file.read_text(), timeout=30, what="the call")
+        wait_for(lambda: events(ws / STATE, "iteration_started"), timeout=30, what="the call seen")
+        assert run(ws, "stop", "-w", str(ws)).returncode == 0
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = log_file.read_text().split("\n")
+    times = {line.split()[0]: float(line.split()[2]) for line in lines if "TERM" in line}
+    assert set(times) == {"loop", "agent"}, lines
+    assert times["agent"] - times["loop"] >= 1.0, "the call got TERM only at half the grace"
+    assert (ws / "status").read_text().startswith("interrupted"), "the loop recorded its interruption first"
+    stopped = events(ws / STATE, "tree_stopped")[-1]
+    assert stopped["survivors"] == 0

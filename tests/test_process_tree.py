@@ -369,3 +369,24 @@ def test_a_helper_started_while_the_tree_is_paused_and_resumed_is_never_frozen(s
         thread.join(timeout=30)
     assert stuck == [], f"{len(stuck)} helper(s) frozen with the tree"
     assert tree.stop(GRACE).survivors == ()
+
+
+def test_a_calls_family_is_its_wrappers_its_descendants_and_the_readers_of_its_pipe() -> None:
+    from ralph_supervisor.process.linux import ProcStat
+    from ralph_supervisor.process.tree import call_family
+
+    def stat(pid: int, ppid: int, name: str) -> ProcStat:
+        return ProcStat(pid, name, "S", ppid, 10, 10, 0, pid * 10)
+
+    tree = [stat(10, 1, "bash"),            # the loop (leader)
+            stat(11, 10, "sleep"),          # its monitor sleep: the loop's own
+            stat(12, 10, "bash"),           # a subshell running the pipeline
+            stat(13, 12, "timeout"),        # a wrapper
+            stat(14, 13, "claude"),         # the call
+            stat(15, 14, "git"),            # the call's tool
+            stat(16, 12, "tee"),            # reads the call's output
+            stat(17, 10, "cat")]            # reads something else
+    pipes = {14: ({"pipe:[1]"}, None), 16: (set(), "pipe:[1]"), 17: (set(), "pipe:[9]")}
+    family = call_family(tree, [(14, 140)], leader=10, read_pipes=lambda pid: pipes.get(pid, (set(), None)))
+    assert {pid for pid, _ in family} == {12, 13, 14, 15, 16}
+    assert call_family(tree, [(14, 999)], leader=10, read_pipes=lambda pid: (set(), None)) == set(), "a recycled pid"

@@ -460,6 +460,10 @@ class CallWatcher:
             return False  # it refuses by itself, with its own notice
         return call is not None
 
+    def running_calls(self, members: Sequence[ProcStat]) -> frozenset[tuple[int, int]]:
+        """The agent calls among the tree's members, (pid, start_ticks): a stop TERMs them after the loop."""
+        return frozenset((s.pid, s.start_ticks) for s in members if self._identity(s)[2] is not None)
+
     def _notice_is_call(self, notice: Notice) -> bool:
         return recognise(notice.name, notice.argv, self._known) is not None
 

@@ -12,6 +12,7 @@ thread (the supervisor's second SIGINT).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -158,11 +159,15 @@ class ProcessTree:
         return signal_if_same(member.pid, create_time_to_ticks(member.create_time), sig)
 
     def stop(self, grace: float, *, leader: int | None = None,
-             refuse: Callable[[ProcStat], bool] | None = None) -> StopResult:
+             refuse: Callable[[ProcStat], bool] | None = None,
+             calls: frozenset[tuple[int, int]] = frozenset()) -> StopResult:
         """Stop the tree in the loop's order, the way a terminal's Ctrl-C and systemd's KillMode=mixed do:
 
         1. TERM the process group of `leader` (the loop: a session and group leader), so its trap runs
-           first; GNU `timeout` keeps an agent call in a group of its own, out of reach of this;
+           first, but not the agent calls running (`calls`: (pid, start_ticks)) and what belongs to them
+           (`call_family`: their descendants, a wrapper between a call and the loop such as GNU `timeout`
+           or a package runner, a `tee` reading a call's output), so the loop records its interruption
+           while its call still works;
         2. once the leader has exited or half the grace has passed, TERM everything left;
         3. KILL at the grace, then re-scan until nothing is left (bounded by kill_timeout).
 
@@ -182,7 +187,9 @@ class ProcessTree:
             head = next((s for s in stats if s.pid == leader), None) if leader is not None else None
             everyone = head is None
             if head is not None:
-                self._term([s for s in stats if s.pgid == head.pgid], signalled, wake=wake)
+                spared = call_family(stats, calls, leader) if calls else set()
+                self._term([s for s in stats if s.pgid == head.pgid and (s.pid, s.start_ticks) not in spared],
+                           signalled, wake=wake)
             else:
                 self._term(stats, signalled, wake=wake)
         self._paused = False
@@ -297,6 +304,58 @@ class ProcessTree:
                         signalled.add((stat.pid, stat.start_ticks))
             time.sleep(pause_s)
             pause_s = min(pause_s * 2, 0.02)
+
+
+def call_family(stats: list[ProcStat], calls: Iterable[tuple[int, int]], leader: int | None,
+                read_pipes: Callable[[int], tuple[set[str], str | None]] | None = None) -> set[tuple[int, int]]:
+    """The processes that belong to the agent calls (pid, start_ticks) among `stats`: each call, its
+    descendants, the ancestors between it and the loop (`leader`, never included: a wrapper such as
+    GNU `timeout`, `npx` or a container client passes signals on to the call), and the processes that
+    read a call's output through a pipe (`claude -p … | tee log`), with their descendants."""
+    by_pid = {s.pid: s for s in stats}
+    children: dict[int, list[ProcStat]] = {}
+    for stat in stats:
+        children.setdefault(stat.ppid, []).append(stat)
+    family: set[tuple[int, int]] = set()
+    heads = [by_pid[pid] for pid, ticks in calls if pid in by_pid and by_pid[pid].start_ticks == ticks]
+    pipes: set[str] = set()
+    read = read_pipes or _pipes_of
+    for head in heads:
+        current = by_pid.get(head.ppid)
+        hops = 0
+        while current is not None and current.pid != leader and hops < 64:
+            family.add((current.pid, current.start_ticks))
+            current = by_pid.get(current.ppid)
+            hops += 1
+        pipes |= read(head.pid)[0]
+    readers = [s for s in stats if (read(s.pid)[1] or "") in pipes] if pipes else []
+    stack = heads + readers
+    seen: set[int] = set()
+    while stack:
+        stat = stack.pop()
+        if stat.pid in seen:
+            continue
+        seen.add(stat.pid)
+        family.add((stat.pid, stat.start_ticks))
+        stack.extend(children.get(stat.pid, ()))
+    return family
+
+
+def _pipes_of(pid: int) -> tuple[set[str], str | None]:
+    """The pipes a process writes to (its stdout and stderr) and the one it reads (stdin), as /proc names them."""
+    out: set[str] = set()
+    stdin = None
+    for fd in (0, 1, 2):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            if fd == 0:
+                stdin = target
+            else:
+                out.add(target)
+    return out, stdin
 
 
 def _await_stopped(stats: list[ProcStat], timeout: float) -> None:
