@@ -885,7 +885,8 @@ def run_supervisor(settings: Settings) -> int:
     sys.setswitchinterval(0.0005)
     tune_allocator()
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
-    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr)
+    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr,
+                               detail=settings.log_detail)
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
     code, hurried = 1, False
     try:
