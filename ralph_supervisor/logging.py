@@ -93,12 +93,22 @@ def _colors(stream: TextIO | None) -> bool:
         return False
 
 
+def for_people(log_format: str, stream: TextIO | None) -> bool:
+    """The console form (not JSON) on `stream`: asked for, or `auto` on a terminal."""
+    return log_format == "console" or (log_format == "auto" and _colors(stream))
+
+
+def colors_on(stream: TextIO | None) -> bool:
+    """Colour for `stream`: a terminal."""
+    return _colors(stream)
+
+
 def configure_logging(events_path: Path | None, log_format: str = "auto", stream: TextIO | None = None,
                       detail: str = "normal") -> RotatingFile | None:
     """Route structlog events to `events_path` (JSON lines, rotated) and to `stream` (default stderr).
     `detail` (normal, quiet, verbose) is how much of it the console form shows."""
     stream = sys.stderr if stream is None else stream
-    console = log_format == "console" or (log_format == "auto" and _colors(stream))
+    console = for_people(log_format, stream)
     events = None
     if events_path is not None:
         events = RotatingFile(events_path, events_jsonl.MAX_BYTES, events_jsonl.TOTAL_BYTES, whole_lines=True,

@@ -72,7 +72,7 @@ from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.limit_wait import LimitWait, Wait
-from ralph_supervisor.logging import configure_logging
+from ralph_supervisor.logging import colors_on, configure_logging, for_people
 from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.notify import (
     Notifier,
@@ -93,6 +93,7 @@ from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
 from ralph_supervisor.registry import register_supervisor
 from ralph_supervisor.report import ReportWriter, render_apart
+from ralph_supervisor.report.ending import say_the_end
 from ralph_supervisor.report.sources import iteration_fields, started_fields
 from ralph_supervisor.sdnotify import (
     SystemdNotifier,
@@ -901,6 +902,8 @@ def run_supervisor(settings: Settings) -> int:
         log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
         if not hurried:
             write_report_at_exit(settings.state_dir)
+            if for_people(settings.log_format, terminal.stderr):  # the end, in the report's words
+                say_the_end(settings.state_dir, sys.argv[1:], terminal.stderr, colors=colors_on(terminal.stderr))
         terminal.close()
         if registration is not None:
             registration.remove()
