@@ -23,7 +23,7 @@ from typing import Any
 
 from rich.cells import cell_len
 
-from ralph_supervisor.outcomes import WORD_WIDTH, outcome_of_record
+from ralph_supervisor.outcomes import STATE_STYLE, WORD_WIDTH, breaker_label, outcome_of_record
 from ralph_supervisor.text import clip, one_line
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, duration, parse_time
 
@@ -35,7 +35,6 @@ _RESET = "\x1b[0m"
 _COLOR = {"green": "\x1b[32m", "yellow": "\x1b[33m", "red": "\x1b[31m", "blue": "\x1b[34m", "magenta": "\x1b[35m",
           "dim": "\x1b[2m", "bold": "\x1b[1m", "bold red": "\x1b[1;31m", "bold yellow": "\x1b[1;33m",
           "bold green": "\x1b[1;32m", "bold blue": "\x1b[1;34m"}
-_TRANSITION_STYLE = {"OPEN": "bold red", "HALF_OPEN": "bold yellow", "CLOSED": "bold green"}
 
 QUIET_EVENTS = frozenset({"breaker_transition", "limit_wait_started", "limit_wait_ended", "breaker_final"})
 """What `--quiet` still prints (with errors and the end of the run)."""
@@ -166,10 +165,10 @@ class ConsoleLines:
         to = _text(r.get("to"), 20)
         trigger = _text(r.get("trigger"), 40)
         reason = _text(r.get("reason"), 2000)
-        label = to if to == "CLOSED" or not trigger or trigger == "none" else f"{to} {trigger}"
+        label = breaker_label(to, trigger)
         if to == "OPEN" and r.get("final") is True:
             label += " (for good)"
-        return self._line(r, self._paint(label, _TRANSITION_STYLE.get(to, "bold")) + (f": {reason}" if reason else ""))
+        return self._line(r, self._paint(label, STATE_STYLE.get(to, "bold")) + (f": {reason}" if reason else ""))
 
     def _on_breaker_still_open(self, r: Mapping[str, Any]) -> str:
         left = as_float(r.get("seconds_left"))

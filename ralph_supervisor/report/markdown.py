@@ -69,7 +69,7 @@ def timeline_table(rows: Sequence[IterationRow]) -> list[str]:
            "|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         out.append(f"| {r.number} | {stamp(r.started_at)[11:19] or '?'} | {_secs(r.duration_s)} | {r.files_changed} "
-                   f"| {r.commits} | {r.errors} | {_tokens(r)} | {_cell(r.label or r.outcome, 30)} | {_cell(_note(r))} |")
+                   f"| {r.commits} | {r.errors} | {_tokens(r)} | {_cell(r.said, 30)} | {_cell(_note(r))} |")
     return out
 
 
