@@ -333,6 +333,9 @@ OPTIONS: tuple[Option, ...] = (
            "what the console log says: a line per iteration and the transitions (normal), the transitions and "
            "the end only (quiet, or --quiet), every event with all its fields (verbose, or --verbose)",
            ("RALPH_SUPERVISE_LOG_DETAIL",), metavar="normal|quiet|verbose"),
+    Option("countdown_every", "--countdown-every", _number(0, above=True), 300.0,
+           "while the loop waits (a usage limit, a cooldown) and the console is not a terminal: a line with the "
+           "time left this often (on a terminal one line counts down in place)", metavar="SECONDS"),
     Option("log_max_bytes", "--log-max-bytes", _size(4096), 50_000_000, "child.log size before it is rotated",
            metavar="SIZE"),
     Option("log_total_bytes", "--log-total-bytes", _size(4096), 500_000_000,
@@ -397,6 +400,7 @@ class Settings:
     hook_timeout: float = _default("hook_timeout")
     log_format: str = _default("log_format")
     log_detail: str = _default("log_detail")
+    countdown_every: float = _default("countdown_every")
     log_max_bytes: int = _default("log_max_bytes")
     log_total_bytes: int = _default("log_total_bytes")
     line_cap: int = _default("line_cap")

@@ -43,6 +43,7 @@ from ralph_supervisor import files, store
 from ralph_supervisor.breaker import Breaker, Decision, State
 from ralph_supervisor.container import proc_mount_problem
 from ralph_supervisor.control import ControlError, ControlServer, socket_path
+from ralph_supervisor.countdown import countdown_for, waits_now
 from ralph_supervisor.decisions import (
     EXIT_FOR_GOOD,
     EXIT_STOP_REQUEST,
@@ -212,6 +213,8 @@ class Supervisor:
         self.limits = LimitWait(settings.limit_wait_margin)
         self.limit_until: float | None = None
         """While the tree is frozen for a usage limit: until when (epoch seconds)."""
+        self.countdown = countdown_for(settings, self.terminal)
+        """The time left of every wait, on the terminal (countdown.py); says nothing without a person to read it."""
         self.workspace = Workspace(settings.workspace, state_dir=self.state_dir, ignore=settings.ignore,
                                    on_change=self._file_changed_threadsafe)
         self._ws_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-workspace")
@@ -287,6 +290,8 @@ class Supervisor:
     async def _shutdown(self) -> None:
         """Stop what is left and close every part. After a second signal (`hurry`) nothing is waited for:
         no last call report, no last snapshot or report, no notice still on its way."""
+        if self.countdown is not None:
+            self.countdown.close()
         if self.tree.scan():
             await self.actions.stop("supervisor_exit", self.tracker.number)
         wait_s = 0.0 if self.hurry else SHUTDOWN_WAIT_SECONDS
@@ -722,6 +727,8 @@ class Supervisor:
         if self.limit_until is not None and now >= self.limit_until:
             async with self.actions.lock:
                 await self._end_limit_wait("the limit has reset")
+        if self.countdown is not None:
+            self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now), now)
         silent_since = self._silent_since(stats, now)
         waiting = None
         if silent_since is None and self.child is not None and not self.actions.paused and not stopping:

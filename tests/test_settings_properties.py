@@ -191,7 +191,7 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.floats(0, 100).map(lambda v: (v, v))
         case "paraphrase":
             return st.floats(0, 1).map(lambda v: (v, v))
-        case "stall" | "cooldown" | "hook_timeout":
+        case "stall" | "cooldown" | "hook_timeout" | "countdown_every":
             return st.floats(1e-6, 1e9).map(lambda v: (v, v)) | st.integers(1, 10**6).map(lambda v: (v, float(v)))
         case "grace":
             return st.floats(0, 1e6).map(lambda v: (v, v))
