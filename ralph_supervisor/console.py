@@ -29,7 +29,6 @@ from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, durat
 
 WIDTH = 100
 """An iteration's line is at most this many columns."""
-DETAILS = ("normal", "quiet", "verbose")
 
 _RESET = "\x1b[0m"
 _COLOR = {"green": "\x1b[32m", "yellow": "\x1b[33m", "red": "\x1b[31m", "blue": "\x1b[34m", "magenta": "\x1b[35m",
@@ -40,13 +39,13 @@ QUIET_EVENTS = frozenset({"breaker_transition", "limit_wait_started", "limit_wai
 """What `--quiet` still prints (with errors and the end of the run)."""
 
 
-def clock(record: Mapping[str, Any]) -> str:
-    """`HH:MM:SS` in local time of the event's `ts` (8 blanks when it has none)."""
-    moment = parse_time(record.get("ts"))
+def clock(record: Mapping[str, Any], key: str = "ts", form: str = "%H:%M:%S") -> str:
+    """`HH:MM:SS` in local time of the event's `ts` (blanks when it has none, or no such time)."""
+    moment = parse_time(record.get(key))
     if moment is None:
         return " " * 8
     try:
-        return dt.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
+        return dt.datetime.fromtimestamp(moment).strftime(form)
     except (OverflowError, OSError, ValueError):
         return " " * 8
 
@@ -57,7 +56,7 @@ def tokens(n: int | None) -> str:
         return "? tok"
     if n < 1000:
         return f"{n} tok"
-    if n < 1_000_000:
+    if n < 999_950:
         return f"{n / 1000:.1f}k tok"
     return f"{n / 1_000_000:.1f}M tok"
 
@@ -181,7 +180,7 @@ class ConsoleLines:
 
     def _on_limit_wait_started(self, r: Mapping[str, Any]) -> str:
         until = parse_time(r.get("until"))
-        at = dt.datetime.fromtimestamp(until).strftime("%H:%M") if until is not None else "?"
+        at = clock(r, "until", "%H:%M").strip() or "?"
         left = f" ({duration(until - (parse_time(r.get('ts')) or until))})" if until is not None else ""
         return self._line(r, self._paint(f"LIMIT wait until {at}{left}", "bold blue")
                           + f": {_text(r.get('reason'), 1000)}; the tree is frozen, `ralph-supervise resume` ends the wait")

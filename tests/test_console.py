@@ -106,8 +106,25 @@ def test_events_for_the_file_only_say_nothing() -> None:
         assert render({"event": name, "level": "info", "ts": TS}) is None
 
 
+def test_the_module_examples_hold() -> None:
+    import doctest
+
+    from ralph_supervisor import console
+
+    assert doctest.testmod(console).failed == 0
+
+
+def test_a_limit_wait_says_until_when_and_an_absurd_time_does_not_crash() -> None:
+    render = ConsoleLines(colors=False)
+    line = render({"event": "limit_wait_started", "ts": TS, "until": "2026-12-02T05:43:37.386Z", "reason": "reset"})
+    assert line is not None and "LIMIT wait until " in line and "(3h" in line and line.endswith("ends the wait")
+    odd = render({"event": "limit_wait_started", "ts": TS, "until": 1e300, "reason": "reset"})
+    assert odd is not None and "LIMIT wait until ?" in odd
+
+
 def test_small_numbers() -> None:
     assert [tokens(None), tokens(980), tokens(12_345), tokens(2_500_000)] == ["? tok", "980 tok", "12.3k tok", "2.5M tok"]
+    assert tokens(999_999) == "1.0M tok"
     assert [money(None), money(0.012), money(1234.5)] == ["$?", "$0.01", "$1,234"]
 
 
