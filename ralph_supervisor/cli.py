@@ -67,6 +67,10 @@ def _run_parser() -> argparse.ArgumentParser:
         if option.repeatable:
             kwargs["action"] = "append"
         parser.add_argument(option.flag, **kwargs)
+    parser.add_argument("--verbose", dest="opt_log_detail", action="store_const", const="verbose",
+                        help="the same as --log-detail verbose")
+    parser.add_argument("--quiet", dest="opt_log_detail", action="store_const", const="quiet",
+                        help="the same as --log-detail quiet")
     return parser
 
 

@@ -19,6 +19,7 @@ from typing import Literal
 from ralph_supervisor.breaker import Decision, State
 from ralph_supervisor.decisions import Plan, plan_for
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.outcomes import outcome_of, outcome_words
 from ralph_supervisor.residual import CODE_ERROR, HUMAN_NEEDED, needs_a_human
 from ralph_supervisor.text import one_line
 from ralph_supervisor.triggers import CAPS, FINAL
@@ -44,20 +45,10 @@ def status_line(report: IterationReport) -> str:
 
 
 def outcome(report: IterationReport) -> str:
-    """One word or two for the evidence table, the worst thing first."""
-    if report.cut_short:
-        return "cut short"
-    if report.usage_limited:
-        return "usage limit"
-    if report.blocked:
-        return "blocked"
-    if report.failed:
-        return "failed (timeout)" if report.timed_out else "failed"
-    if report.progress:
-        return "progress, completed" if report.completed else "progress"
-    if report.completed:
-        return "completed, no change"
-    return "no progress"
+    """One word or two for the evidence table, the worst thing first: the words everybody uses (`outcomes.py`)."""
+    said = outcome_of(progress=report.progress, failed=report.failed, usage_limited=report.usage_limited,
+                      blocked=report.blocked, cut_short=report.cut_short)
+    return outcome_words(said, completed=report.completed, timed_out=report.timed_out)
 
 
 def classify_residual(decision: Decision, reports: Sequence[IterationReport]) -> Residual:

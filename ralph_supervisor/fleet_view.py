@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ralph_supervisor import fleet
-from ralph_supervisor.watch import STATE_STYLE, show
+from ralph_supervisor.outcomes import STATE_STYLE
+from ralph_supervisor.watch import show
 
 
 def render(rows: list[fleet.LoopRow], problems: list[str], now: float) -> RenderableType:

@@ -5,6 +5,8 @@ queues it, so a terminal that stops reading never holds up the supervisor.
 
 The last processor fans each event out to its sinks and drops it, so one event is rendered at most
 twice (JSON for the file, console or JSON for stderr) and never through the stdlib logging tree.
+The console form is a person's (`console.py`: one line per iteration, transitions set apart);
+`detail="verbose"` shows every event with all its fields instead, `detail="quiet"` only the transitions.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from ralph_supervisor.console import ConsoleLines, verbose_lines
 from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.store import iso_utc
@@ -45,10 +48,18 @@ class _Fanout:
     Events may come from several threads (the terminal's writer logs what happens to the terminal):
     one at a time, so events.jsonl keeps whole lines and its rotation its count."""
 
-    def __init__(self, events: RotatingFile | None, stream: TextIO | None, console: bool) -> None:
+    def __init__(self, events: RotatingFile | None, stream: TextIO | None, console: bool,
+                 detail: str = "normal") -> None:
         self.events = events
         self.stream = stream
-        self.console = structlog.dev.ConsoleRenderer(colors=console and _colors(stream)) if console else None
+        colors = console and _colors(stream)
+        self.console: Any = None
+        if console:
+            if detail == "verbose":
+                self.console = verbose_lines(colors)
+            else:
+                lines = ConsoleLines(colors=colors, detail=detail)
+                self.console = lambda _logger, _name, event_dict: lines(event_dict)
         self._lock = threading.Lock()
 
     def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> Any:
@@ -65,6 +76,8 @@ class _Fanout:
             try:
                 if self.console is not None:
                     text = self.console(logger, name, dict(event_dict))
+                    if text is None:
+                        return
                     self.stream.write(f"{text}\n")
                 else:
                     self.stream.write(line + "\n")
@@ -80,10 +93,22 @@ def _colors(stream: TextIO | None) -> bool:
         return False
 
 
-def configure_logging(events_path: Path | None, log_format: str = "auto", stream: TextIO | None = None) -> RotatingFile | None:
-    """Route structlog events to `events_path` (JSON lines, rotated) and to `stream` (default stderr)."""
+def for_people(log_format: str, stream: TextIO | None) -> bool:
+    """The console form (not JSON) on `stream`: asked for, or `auto` on a terminal."""
+    return log_format == "console" or (log_format == "auto" and _colors(stream))
+
+
+def colors_on(stream: TextIO | None) -> bool:
+    """Colour for `stream`: a terminal."""
+    return _colors(stream)
+
+
+def configure_logging(events_path: Path | None, log_format: str = "auto", stream: TextIO | None = None,
+                      detail: str = "normal") -> RotatingFile | None:
+    """Route structlog events to `events_path` (JSON lines, rotated) and to `stream` (default stderr).
+    `detail` (normal, quiet, verbose) is how much of it the console form shows."""
     stream = sys.stderr if stream is None else stream
-    console = log_format == "console" or (log_format == "auto" and _colors(stream))
+    console = for_people(log_format, stream)
     events = None
     if events_path is not None:
         events = RotatingFile(events_path, events_jsonl.MAX_BYTES, events_jsonl.TOTAL_BYTES, whole_lines=True,
@@ -94,7 +119,7 @@ def configure_logging(events_path: Path | None, log_format: str = "auto", stream
             structlog.processors.add_log_level,
             _timestamp,
             structlog.processors.format_exc_info,
-            _Fanout(events, stream, console),
+            _Fanout(events, stream, console, detail),
         ],
         logger_factory=structlog.ReturnLoggerFactory(),
         cache_logger_on_first_use=False,

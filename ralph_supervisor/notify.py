@@ -36,6 +36,8 @@ from typing import Any, Callable, Literal
 
 import structlog
 
+from ralph_supervisor.outcomes import breaker_label
+
 log = structlog.get_logger(__name__)
 
 __all__ = [
@@ -120,7 +122,7 @@ def notice_for_transition(
                       workspace, to_state, trigger, iteration, reason,
                       _verdict("stopped", "breaker", trigger, iteration), key)
     if to_state == "OPEN":
-        return Notice("open", f"ralph {name}: breaker OPEN ({trigger})", f"{reason} ({where})",
+        return Notice("open", f"ralph {name}: breaker {breaker_label('OPEN', trigger)}", f"{reason} ({where})",
                       workspace, to_state, trigger, iteration, reason,
                       _verdict("paused", "hand" if trigger == "manual" else "breaker", trigger, iteration), key)
     if to_state == "HALF_OPEN":

@@ -329,6 +329,13 @@ OPTIONS: tuple[Option, ...] = (
            "seconds an --on-open-hook may run before it is killed", metavar="SECONDS"),
     Option("log_format", "--log-format", _choice("auto", "json", "console"), "auto",
            "supervisor log on stderr: console on a terminal, JSON otherwise", metavar="auto|json|console"),
+    Option("log_detail", "--log-detail", _choice("normal", "quiet", "verbose"), "normal",
+           "what the console log says: a line per iteration and the transitions (normal), the transitions and "
+           "the end only (quiet, or --quiet), every event with all its fields (verbose, or --verbose)",
+           ("RALPH_SUPERVISE_LOG_DETAIL",), metavar="normal|quiet|verbose"),
+    Option("countdown_every", "--countdown-every", _number(0, above=True), 300.0,
+           "while the loop waits (a usage limit, a cooldown) and the console is not a terminal: a line with the "
+           "time left this often (on a terminal one line counts down in place)", metavar="SECONDS"),
     Option("log_max_bytes", "--log-max-bytes", _size(4096), 50_000_000, "child.log size before it is rotated",
            metavar="SIZE"),
     Option("log_total_bytes", "--log-total-bytes", _size(4096), 500_000_000,
@@ -392,6 +399,8 @@ class Settings:
     on_open_hook: str | None = _default("on_open_hook")
     hook_timeout: float = _default("hook_timeout")
     log_format: str = _default("log_format")
+    log_detail: str = _default("log_detail")
+    countdown_every: float = _default("countdown_every")
     log_max_bytes: int = _default("log_max_bytes")
     log_total_bytes: int = _default("log_total_bytes")
     line_cap: int = _default("line_cap")

@@ -13,6 +13,7 @@ from ralph_supervisor.breaker import Breaker, Thresholds
 from ralph_supervisor.control import ControlError, NoSupervisor, request
 from ralph_supervisor.files import history_jsonl, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
+from ralph_supervisor.outcomes import breaker_label
 from ralph_supervisor.values import local_clock
 
 def _from_state_file(state_dir: Path) -> tuple[dict[str, Any], str | None]:
@@ -70,8 +71,7 @@ def tmux_line(status: dict[str, Any]) -> str:
 
 def human(status: dict[str, Any]) -> str:
     """A readable summary, in the spirit of Ralph's `--circuit-status`."""
-    lines = [f"Breaker:        {status.get('state')}" + (
-        f" ({status.get('trigger')})" if status.get("trigger") not in (None, "none") else "")]
+    lines = [f"Breaker:        {breaker_label(str(status.get('state')), status.get('trigger'))}"]
     if status.get("reason"):
         lines.append(f"Reason:         {status['reason']}")
     lines.append(f"Iteration:      {status.get('iteration', 0)}")

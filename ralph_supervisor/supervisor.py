@@ -43,6 +43,7 @@ from ralph_supervisor import files, store
 from ralph_supervisor.breaker import Breaker, Decision, State
 from ralph_supervisor.container import proc_mount_problem
 from ralph_supervisor.control import ControlError, ControlServer, socket_path
+from ralph_supervisor.countdown import countdown_for, waits_now
 from ralph_supervisor.decisions import (
     EXIT_FOR_GOOD,
     EXIT_STOP_REQUEST,
@@ -72,7 +73,7 @@ from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.limit_wait import LimitWait, Wait
-from ralph_supervisor.logging import configure_logging
+from ralph_supervisor.logging import colors_on, configure_logging, for_people
 from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.notify import (
     Notifier,
@@ -93,6 +94,7 @@ from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
 from ralph_supervisor.registry import register_supervisor
 from ralph_supervisor.report import ReportWriter, render_apart
+from ralph_supervisor.report.ending import say_the_end
 from ralph_supervisor.report.sources import iteration_fields, started_fields
 from ralph_supervisor.sdnotify import (
     SystemdNotifier,
@@ -211,6 +213,8 @@ class Supervisor:
         self.limits = LimitWait(settings.limit_wait_margin)
         self.limit_until: float | None = None
         """While the tree is frozen for a usage limit: until when (epoch seconds)."""
+        self.countdown = countdown_for(settings, self.terminal)
+        """The time left of every wait, on the terminal (countdown.py); says nothing without a person to read it."""
         self.workspace = Workspace(settings.workspace, state_dir=self.state_dir, ignore=settings.ignore,
                                    on_change=self._file_changed_threadsafe)
         self._ws_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-workspace")
@@ -286,6 +290,8 @@ class Supervisor:
     async def _shutdown(self) -> None:
         """Stop what is left and close every part. After a second signal (`hurry`) nothing is waited for:
         no last call report, no last snapshot or report, no notice still on its way."""
+        if self.countdown is not None:
+            self.countdown.close()
         if self.tree.scan():
             await self.actions.stop("supervisor_exit", self.tracker.number)
         wait_s = 0.0 if self.hurry else SHUTDOWN_WAIT_SECONDS
@@ -721,6 +727,8 @@ class Supervisor:
         if self.limit_until is not None and now >= self.limit_until:
             async with self.actions.lock:
                 await self._end_limit_wait("the limit has reset")
+        if self.countdown is not None:
+            self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now), now)
         silent_since = self._silent_since(stats, now)
         waiting = None
         if silent_since is None and self.child is not None and not self.actions.paused and not stopping:
@@ -885,7 +893,8 @@ def run_supervisor(settings: Settings) -> int:
     sys.setswitchinterval(0.0005)
     tune_allocator()
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
-    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr)
+    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr,
+                               detail=settings.log_detail)
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
     code, hurried = 1, False
     try:
@@ -900,6 +909,8 @@ def run_supervisor(settings: Settings) -> int:
         log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
         if not hurried:
             write_report_at_exit(settings.state_dir)
+            if for_people(settings.log_format, terminal.stderr):  # the end, in the report's words
+                say_the_end(settings.state_dir, sys.argv[1:], terminal.stderr, colors=colors_on(terminal.stderr))
         terminal.close()
         if registration is not None:
             registration.remove()

@@ -25,6 +25,7 @@ Usage (the supervisor):
     configure_logging(path, "auto", stream=terminal.stderr)
     tap = OutputTap(log, queue, echo=terminal.echo)
     terminal.tree_paused(); terminal.tree_resumed(); terminal.tree_stopped()
+    terminal.status("⧗ LIMIT wait: 2:59:12 left")   # one line at the bottom, in place; erased around the rest
     log.info("supervisor_stopped", **terminal.settle())  # the echo's last second; what it showed and dropped
     terminal.close()                            # our last lines: at most CLOSE_SECONDS for a stuck terminal
 
@@ -332,6 +333,12 @@ class Outlet:
         self._limited_bytes = 0
         self._waiting_since: float | None = None
         """Since when the terminal has taken nothing of what we offered (None: it took all we had)."""
+        self._status_want: bytes | None = None
+        """The status line wanted at the bottom (a countdown), updated in place; None: none."""
+        self._status_shown: bytes | None = None
+        self._status_buf = b""
+        """Status bytes being written (an erase, or an erase and the line): finished before anything else."""
+        self._status_off = 0
         self.shown_bytes = 0
         """Echo bytes written to the terminal."""
         self.dropped_bytes = 0
@@ -383,6 +390,22 @@ class Outlet:
             if self._idle:
                 self._cond.notify()
 
+    def status(self, text: str | None) -> None:
+        """Show `text` as one line at the bottom, updated in place; None takes it away. A terminal only
+        (elsewhere nothing is written). The writer erases it before anything else it writes (our lines, the
+        echo) and draws it again once all that is out, so the line and the echo never mix."""
+        if not self.is_tty:
+            return
+        data = None if text is None else text.replace("\n", " ").encode("utf-8", "replace")
+        with self._cond:
+            self._status_want = data
+            if self._idle:
+                self._cond.notify()
+
+    def _status_due(self) -> bool:
+        """(Under the lock.) The status line needs writing: one is half written, or what is shown is not wanted."""
+        return bool(self._status_buf) or self._status_want != self._status_shown
+
     def mark(self, what: str) -> None:
         """The tree was `paused`, `resumed` or `stopped`: the terminal is put back in the echo's order."""
         with self._cond:
@@ -393,7 +416,7 @@ class Outlet:
     def drained(self) -> bool:
         """Nothing of ours waits for the terminal."""
         with self._cond:
-            return not self._lines and not self._echo
+            return not self._lines and not self._echo and not self._status_buf
 
     def stream(self) -> LineStream:
         return LineStream(self)
@@ -430,6 +453,8 @@ class Outlet:
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """`settle`, then write our lines that are left (all within `timeout` seconds), stop the thread."""
         deadline = time.monotonic() + timeout
+        with self._cond:
+            self._status_want = None  # no status line is left behind
         self.settle(timeout)
         with self._cond:
             self._closing = True
@@ -455,12 +480,12 @@ class Outlet:
 
     def _step(self) -> bool:
         with self._cond:
-            while not self._lines and not self._echo and not self._closing:
+            while not self._lines and not self._echo and not self._closing and not self._status_due():
                 self._idle = True
                 self._cond.wait()
             self._idle = False
             if self._closing and (time.monotonic() >= self._deadline or self._stuck()
-                                  or (not self._lines and not self._echo)):
+                                  or (not self._lines and not self._echo and not self._status_due())):
                 return False
         if self.is_tty and not may_write(self.fd):
             self._hold()
@@ -491,7 +516,12 @@ class Outlet:
     def _take(self, events: list[tuple[str, dict[str, Any]]]) -> tuple[bytes, int, int, str]:
         """The next bytes to write (under the lock): our lines first, then the echo in its order.
         `data[start:end]`, and what they are: "line", "echo", "control" (ours, in the echo's order),
-        or "" for nothing to write now."""
+        or "" for nothing to write now. The status line: erased before anything else, drawn when all is out."""
+        if self._status_buf:  # a status write in progress is finished first
+            return self._status_buf, self._status_off, len(self._status_buf), "status"
+        if self._status_shown is not None and (self._lines or self._echo):
+            self._status_buf, self._status_off, self._status_shown = b"\r\x1b[2K", 0, None
+            return self._status_buf, 0, len(self._status_buf), "status"
         if self._lines and not self._finish_echo_line_first():
             if not self._line_begun:  # once per line: what was dropped before it, and a line of its own
                 self._line_begun = True
@@ -524,6 +554,11 @@ class Outlet:
                 data = self._put_back(front, events)
                 if data:
                     self._echo.appendleft(_Control(data))
+        if self._status_want != self._status_shown:  # all is out: the status line (again), or its erase
+            want = self._status_want
+            self._status_buf = (b"\n" if self._mid_line and want else b"") + b"\r\x1b[2K" + (want or b"")
+            self._status_off, self._status_shown = 0, want
+            return self._status_buf, 0, len(self._status_buf), "status"
         return b"", 0, 0, ""
 
     def _finish_echo_line_first(self) -> bool:
@@ -571,6 +606,12 @@ class Outlet:
             elif taken or self._waiting_since is None:
                 self._waiting_since = time.monotonic()  # it takes something: not stuck
             if taken <= 0:
+                return
+            if kind == "status":
+                self._status_off += taken
+                if self._status_off >= len(self._status_buf):
+                    self._status_buf, self._status_off = b"", 0
+                self._mid_line = False  # the cursor is on the status line, which is erased before any other write
                 return
             if kind == "line":
                 self._line_offset += taken
@@ -780,6 +821,16 @@ class Terminal:
     def tree_resumed(self) -> None:
         for outlet in self._outlets():
             outlet.mark("resumed")
+
+    @property
+    def status_in_place(self) -> bool:
+        """Our lines go to a terminal: a status line (a countdown) can be updated in place there."""
+        return self._lines is not None and self._lines.is_tty
+
+    def status(self, text: str | None) -> None:
+        """The one line at the bottom, updated in place (see `Outlet.status`); None takes it away."""
+        if self._lines is not None:
+            self._lines.status(text)
 
     def tree_stopped(self) -> None:
         for outlet in self._outlets():

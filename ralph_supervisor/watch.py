@@ -29,6 +29,7 @@ from rich.text import Text
 
 from ralph_supervisor import control
 from ralph_supervisor.files import state_json
+from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
 from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
 from ralph_supervisor.triggers import WAITS_FOR_HUMAN
@@ -54,8 +55,6 @@ TAIL_BYTES = 1024 * 1024
 """Most bytes read from the end of a jsonl file when (re)loading it, or appended between refreshes."""
 STATUS_TIMEOUT = 1.0
 
-STATE_STYLE = {"CLOSED": "bold green", "HALF_OPEN": "bold yellow", "OPEN": "bold red"}
-OUTCOME_STYLE = {"success": "green", "noop": "yellow", "failure": "red"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,6 +71,9 @@ class IterationRow:
     errors: int
     tokens: int
     outcome: str
+    """The ledger's word (success, failure, noop), as the event has it."""
+    said: Outcome | None = None
+    """What the view shows: the outcome mark and word everybody uses (`outcomes.py`)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ def iteration_row(record: Mapping[str, Any]) -> IterationRow:
         errors=as_int(record.get("errors")),
         tokens=as_int(record.get("tokens")),
         outcome=as_text(record.get("outcome"), 20) or "?",
+        said=outcome_of_record(record) if record.get("outcome") in ("success", "failure", "noop") else None,
     )
 
 
@@ -385,7 +388,7 @@ def _timeline_table(rows: tuple[IterationRow, ...]) -> Table:
         table.add_row(
             str(row.iteration) if row.iteration is not None else "?",
             clock(row.finished_at),
-            Text(row.outcome, style=OUTCOME_STYLE.get(row.outcome, "dim")),
+            Text(row.said.label, style=row.said.style) if row.said else Text(row.outcome, style="dim"),
             Text(str(row.files_changed), style="green" if row.files_changed else "dim"),
             Text(str(row.commits), style="green" if row.commits else "dim"),
             Text(str(row.errors), style="red" if row.errors else "dim"),

@@ -34,7 +34,7 @@ from ralph_supervisor.notify import (
 from tests.helpers import wait_for
 
 
-def make_notice(title: str = "ralph demo: breaker OPEN (no-progress)", kind: str = "open") -> Notice:
+def make_notice(title: str = "ralph demo: breaker OPEN no-progress", kind: str = "open") -> Notice:
     return Notice(kind=kind, title=title, body="3 iterations without progress (iteration 9)",  # type: ignore[arg-type]
                   workspace="/srv/demo", state="OPEN", trigger="no-progress", iteration=9)
 
@@ -118,7 +118,7 @@ def test_json_and_slack_style_apprise_urls_get_the_verdict_reason_and_report(rec
     by_path = {p["path"]: p["body"] for p in receiver.posts}
     assert sorted(by_path) == ["/apprise/TOKEN1234", "/hooks/SECRET5678"]
     sent = by_path["/apprise/TOKEN1234"]
-    assert sent["title"] == "ralph demo: breaker OPEN (no-progress)" and sent["type"] == "failure"
+    assert sent["title"] == "ralph demo: breaker OPEN no-progress" and sent["type"] == "failure"
     assert sent["message"].splitlines() == [
         "Paused by the breaker (no-progress) at iteration 9: it tries again after the cooldown.",
         "Why: no progress in 3 iterations", "Workspace: /srv/demo",
@@ -362,10 +362,10 @@ def test_open_notice_names_project_trigger_and_reason():
                                    reason="3 iterations without progress", iteration=9,
                                    workspace="/home/u/proj")
     assert notice is not None
-    assert notice.title == "ralph proj: breaker OPEN (no-progress)"
+    assert notice.title == "ralph proj: breaker OPEN no-progress"
     assert notice.body == "3 iterations without progress (iteration 9)"
     text = format_text(notice)
-    assert text.startswith("*ralph proj: breaker OPEN (no-progress)*\n")
+    assert text.startswith("*ralph proj: breaker OPEN no-progress*\n")
     assert "workspace `/home/u/proj` · breaker OPEN · trigger no-progress · iteration 9" in text
     assert notice.verdict == "Paused by the breaker (no-progress) at iteration 9: it tries again after the cooldown."
 

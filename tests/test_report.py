@@ -400,13 +400,13 @@ def test_the_supervisor_writes_report_html_and_notifies_each_event_once_without_
     for path, body in posts:
         by_path.setdefault(path, []).append(body)
     apprise_kinds = [b["title"] for b in by_path["/apprise/SECRETAAAA"]]
-    assert apprise_kinds == ["ralph proj: breaker OPEN (no-progress)", "ralph proj: loop stopped for good (no-progress)"]
+    assert apprise_kinds == ["ralph proj: breaker OPEN no-progress", "ralph proj: loop stopped for good (no-progress)"]
     final = by_path["/apprise/SECRETAAAA"][1]["message"]
     assert str(final).startswith("Stopped for good by the breaker (no-progress) at iteration ")
     assert f"Report: {html}" in str(final)
     assert len(by_path["/hooks/SECRETBBBB"]) == 2  # the Slack-style endpoint: the same two events
     webhook = [str(b["text"]).splitlines()[0] for b in by_path["/hooks/SECRETCCCC"]]
-    assert webhook == ["*ralph proj: breaker OPEN (no-progress)*", "*ralph proj: breaker HALF_OPEN, trial next*",
+    assert webhook == ["*ralph proj: breaker OPEN no-progress*", "*ralph proj: breaker HALF_OPEN, trial next*",
                        "*ralph proj: loop stopped for good (no-progress)*"]
 
     leaks = [name for name, text in (("stderr", done.stderr.decode()), ("stdout", done.stdout.decode()),

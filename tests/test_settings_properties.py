@@ -191,7 +191,7 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.floats(0, 100).map(lambda v: (v, v))
         case "paraphrase":
             return st.floats(0, 1).map(lambda v: (v, v))
-        case "stall" | "cooldown" | "hook_timeout":
+        case "stall" | "cooldown" | "hook_timeout" | "countdown_every":
             return st.floats(1e-6, 1e9).map(lambda v: (v, v)) | st.integers(1, 10**6).map(lambda v: (v, float(v)))
         case "grace":
             return st.floats(0, 1e6).map(lambda v: (v, v))
@@ -199,6 +199,8 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.sampled_from(["pause", "kill", "stop", "KILL", " Stop "]).map(lambda v: (v, v.strip().lower()))
         case "log_format":
             return st.sampled_from(["auto", "json", "console", "JSON"]).map(lambda v: (v, v.lower()))
+        case "log_detail":
+            return st.sampled_from(["normal", "quiet", "verbose", "Quiet"]).map(lambda v: (v, v.lower()))
         case "log_max_bytes" | "log_total_bytes" | "line_cap":
             return st.tuples(st.integers(5, 10**4), sizes).map(
                 lambda t: (f"{t[0] * 1000}{t[1][0]}", t[0] * 1000 * t[1][1])

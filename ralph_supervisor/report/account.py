@@ -21,6 +21,7 @@ from typing import Any
 from ralph_supervisor.breaker import Decision, State
 from ralph_supervisor.escalation import Residual, classify_residual, decide_next, how_to_continue, outcome
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.outcomes import outcome_of
 from ralph_supervisor.report.sources import GitFacts, Records
 from ralph_supervisor.residual import states_blocker
 from ralph_supervisor.signature import error_signature
@@ -76,6 +77,16 @@ class IterationRow:
     """The supervisor judged the reply to state a blocker (`residual.states_blocker` on the whole reply)."""
     progress: bool = False
     """As the breaker judges it (`IterationReport.progress`): a commit, or files changed into a new state."""
+
+    @property
+    def said(self) -> str:
+        """The outcome as every view says it: `✔ progress`, `· no change`, ... (`outcomes.py`); the label alone
+        for an iteration still running or left unfinished."""
+        if self.label in ("running", "unfinished") or not self.label:
+            return self.label or self.outcome
+        mark = outcome_of(progress=self.progress, failed=self.failed, usage_limited=self.usage_limited,
+                          blocked=self.blocked, cut_short=self.cut_short).mark
+        return f"{mark} {self.label}"
 
 
 @dataclass(frozen=True)

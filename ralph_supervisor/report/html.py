@@ -129,7 +129,7 @@ def _table(rows: tuple[IterationRow, ...]) -> str:
         body.append(
             f'<tr class="{" ".join(cls)}"><td>{r.number}</td><td>{_e(stamp(r.started_at)[11:19])}</td><td>{took}</td>'
             f"<td>{r.files_changed}</td><td>{r.commits}</td><td>{r.errors}</td>"
-            f"<td>{'?' if r.tokens is None else f'{r.tokens:,}'}</td><td>{_e(r.label or r.outcome)}</td>"
+            f"<td>{'?' if r.tokens is None else f'{r.tokens:,}'}</td><td>{_e(r.said)}</td>"
             f"<td>{_e(note)}</td></tr>")
     more = (f"<p class=dim>The newest {len(shown)} of {len(rows)} iterations; the plot shows them all.</p>"
             if len(rows) > len(shown) else "")

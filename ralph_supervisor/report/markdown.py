@@ -69,19 +69,18 @@ def timeline_table(rows: Sequence[IterationRow]) -> list[str]:
            "|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         out.append(f"| {r.number} | {stamp(r.started_at)[11:19] or '?'} | {_secs(r.duration_s)} | {r.files_changed} "
-                   f"| {r.commits} | {r.errors} | {_tokens(r)} | {_cell(r.label or r.outcome, 30)} | {_cell(_note(r))} |")
+                   f"| {r.commits} | {r.errors} | {_tokens(r)} | {_cell(r.said, 30)} | {_cell(_note(r))} |")
     return out
 
 
-def render_markdown(a: Account) -> str:
-    """The whole report: the verdict first, then the timeline and the evidence, then what to decide."""
+def why(a: Account) -> str:
+    """The reason under the verdict ("" when there is none worth saying): the report's and the run's end."""
     v = a.verdict
-    out = [f"# ralph-supervise report: {a.name}", "", f"**{v.line}**"]
-    if v.reason and v.status not in ("running", "finished"):
-        out += ["", f"Why: {one_line(v.reason, 400)}"]
-    first = a.runs[0].started_at if a.runs else None
-    last = a.runs[-1].ended_at if a.runs else None
-    span = f"{stamp(first)} → {stamp(last) if last else 'now'}"
+    return one_line(v.reason, 400) if v.reason and v.status not in ("running", "finished") else ""
+
+
+def iterations_line(a: Account) -> str:
+    """`6 iterations, 2 with progress, 1 failed (cap 10)`."""
     s = a.spend
     counts = [f"{s.iterations} iteration{'s' if s.iterations != 1 else ''}"]
     for label, n in (("with progress", sum(1 for r in a.iterations if r.progress)),
@@ -94,6 +93,20 @@ def render_markdown(a: Account) -> str:
     iterations = ", ".join(counts)
     if s.max_iterations:
         iterations += f" (cap {s.max_iterations})"
+    return iterations
+
+
+def render_markdown(a: Account) -> str:
+    """The whole report: the verdict first, then the timeline and the evidence, then what to decide."""
+    v = a.verdict
+    out = [f"# ralph-supervise report: {a.name}", "", f"**{v.line}**"]
+    if why(a):
+        out += ["", f"Why: {why(a)}"]
+    first = a.runs[0].started_at if a.runs else None
+    last = a.runs[-1].ended_at if a.runs else None
+    span = f"{stamp(first)} → {stamp(last) if last else 'now'}"
+    s = a.spend
+    iterations = iterations_line(a)
     out += [
         "",
         "| | |",
