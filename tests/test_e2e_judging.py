@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,18 +136,42 @@ def test_a_usage_limit_freezes_the_tree_until_it_resets_and_resume_ends_the_wait
     assert (workspace / "step2.txt").exists()
 
 
+JUDGED = """
+import sys, time
+from pathlib import Path
+from ralph_supervisor import control
+state_dir, dollars = Path(sys.argv[1]), float(sys.argv[2])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        status = control.request(state_dir, "status", timeout=10)
+    except control.NoSupervisor:
+        sys.exit("no supervisor")
+    if status["state"] == "CLOSED" and status["cost_usd"] >= dollars - 1e-9:
+        sys.exit(0)  # judged, and the loop may go on
+    time.sleep(0.02)  # not judged yet, or the breaker opened: the supervisor stops us meanwhile
+sys.exit("the call was never judged")
+"""
+
+
 def test_dollar_budgets_stop_the_run_and_the_daily_one_spans_runs(tmp_path: Path) -> None:
-    workspace, loop = agent_loop(tmp_path, (
+    workspace, _ = agent_loop(tmp_path, (
         'echo "step $N $$" > "step$N.txt"\n'
         f"printf '{RESULT}\\n' \"implemented step $N\"\n"), calls=6)  # each call costs $0.01
+    # The loop checks with the supervisor between calls, as a loop that asks its breaker does: the next call
+    # begins only once the last one was judged (its dollars counted), so no call races the judgment.
+    judged = tmp_path / "judged.py"
+    judged.write_text(JUDGED)
+    state = workspace / ".ralph-supervise"
+    loop = ["bash", "-c", f'for n in $(seq 6); do N=$n claude -p go --output-format json; '
+                          f'"{sys.executable}" "{judged}" "{state}" "$n.0e-2" || exit 1; done']
     code, state_dir = supervise(workspace, loop, "--cost-budget", "0.025", "--daily-cost-budget", "0.045")
     assert code == 2
     opened = history(state_dir)[-1]
-    # Call 3 crosses the budget; on a busy machine call 4 may have begun before call 3 was judged (the open
-    # then carries its number, and the stop lets it end in the loop's order): its dollar counts too.
     spent = json.loads((state_dir / "state.json").read_text())["cost_used"]
-    assert opened["trigger"] == "cost-budget" and opened["iteration"] in (3, 4), opened
-    assert spent == pytest.approx(0.01 * opened["iteration"]) or spent == pytest.approx(0.03), (spent, opened)
+    assert opened["trigger"] == "cost-budget" and opened["iteration"] == 3, opened  # call 3 crossed it
+    assert spent == pytest.approx(0.03), spent
+    assert [e["iteration"] for e in events(state_dir, "iteration_finished")] == [1, 2, 3]
     assert "$0.0300 >= $0.0250" in opened["reason"]
     assert json.loads((state_dir / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(spent)
     escalation = (state_dir / "escalation.md").read_text()
