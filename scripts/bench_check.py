@@ -35,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import _benchkit as kit  # noqa: E402
 
 from ralph_supervisor.ledger import BreakerConfig, check_breaker, parse_ledger  # noqa: E402
 
@@ -107,18 +110,6 @@ def find_loop_context(explicit: str | None, install: bool = True) -> str | None:
               file=sys.stderr)
         return None
     return done.stdout.strip().splitlines()[-1]
-
-
-def code_commit() -> str:
-    """The code measured: HEAD, marked when the package has uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ralph_supervisor"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}{' + uncommitted changes' if dirty else ''}" if head else "unknown"
 
 
 def timed(cmds: list[list[str]], runs: int, cwd: Path) -> list[tuple[float, int, bytes]]:
@@ -251,7 +242,7 @@ def main() -> int:
                 growth.append(f"| {kind} | {n:,} | {fmt(r['ours'])} | {fmt(r['inproc'])} | {per:.2f} µs | {step} | {base} |")
                 prev = r["inproc"]
 
-    machine = f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, code {code_commit()}"
+    machine = f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, code {kit.commit()}"
     if node:
         machine += f", Node {subprocess.run([node, '--version'], capture_output=True, text=True).stdout.strip()}"
     load = os.getloadavg()
