@@ -76,7 +76,8 @@ FAILED = [  # (agent, fixture, an error line the adapter adds for the filter, or
     ("codex", "interrupted.jsonl", None),  # no turn.completed: cut off
     ("gemini", "failed.jsonl", "Reached max session turns"),
     ("gemini", "failed_json.log", "Reached max session turns"),  # the pretty-printed error object on stderr
-    ("opencode", "failed.jsonl", "UnknownError: Error: Unable to connect"),
+    ("opencode", "failed.jsonl", "UnknownError: Unexpected server error"),
+    ("opencode", "error_only.jsonl", "UnknownError: Unexpected server error"),  # a recorded run's whole output
     ("opencode", "cut_off.jsonl", None),  # the last step wanted to call tools: it never ended
     ("cursor", "cut_off.jsonl", None),  # the stream ended without a result (its message went to stderr)
     ("amp", "failed.jsonl", None),  # an error result: `error` instead of `result`
@@ -343,8 +344,8 @@ def test_a_cursor_error_block_is_read_from_its_first_line() -> None:
     assert reply.reply is not None and not reply.failed  # an indented block that is no error stays a reply
 
 
-def test_every_cursor_and_amp_fixture_cites_where_its_format_comes_from() -> None:
-    for agent in ("cursor", "amp"):
+def test_every_cursor_amp_and_opencode_fixture_cites_where_its_format_comes_from() -> None:
+    for agent in ("cursor", "amp", "opencode"):
         sources = (FIXTURES / agent / "SOURCES.md").read_text()
         for path in (FIXTURES / agent).iterdir():
             if path.name == "SOURCES.md":
