@@ -1,9 +1,12 @@
 """Which test functions can fail: a small pass over the tests' syntax trees (nothing is imported or run).
 
-A test proves something only if some check in it can fail. A test function counts as checking when its
-body holds an `assert` that is not trivially true, a `raise`, a `pytest.raises` / `warns` / `fail` /
-`deprecated_call` call, or a call to a function of tests/ that checks (by its name, followed through any
-depth of helpers: `wait_for` raises an AssertionError when its condition never holds, so it checks).
+A test proves something only if some check in it can fail, whichever way it runs. A check is an `assert`
+that is not trivially true, a `raise`, a `pytest.raises` / `warns` / `fail` / `deprecated_call` call, or a
+call to a function that checks: one of the same module or of the shared helpers (tests/helpers, conftest),
+found by its name and followed through any depth of helpers (`wait_for` raises an AssertionError when its
+condition never holds, so it checks). A test is weak when some way through it passes no check: none at all,
+a check only under an `if` whose other side has none, or only in an `except` (a skip ends a way: skips are
+reported by tests/helpers/skips.py).
 
 An `assert` is trivially true when its test is a true constant (`assert True`, `assert "text"`), a
 non-empty tuple (`assert (x, "why")`: always true, the parentheses swallowed the message), or an `or`
