@@ -4,9 +4,11 @@
 #   RALPH_LOOP_MAX    stop after this many calls (default: never)
 #   RALPH_LOOP_PAUSE  seconds between calls (default 0.5)
 #   RALPH_LOOP_TIMEOUT  seconds a call may take (default 60)
-#   RALPH_LOOP_AGENT    claude (default), codex, gemini or opencode: the CLI called, with its machine-readable output
-#   RALPH_LOOP_FORMAT   claude's --output-format: json (default), stream-json (Ralph's --live) or text;
-#                       gemini's -o (json, stream-json or text); text turns codex's and opencode's JSON off
+#   RALPH_LOOP_AGENT    claude (default), codex, gemini, opencode, cursor or amp: the CLI called, with its
+#                       machine-readable output
+#   RALPH_LOOP_FORMAT   claude's and cursor-agent's --output-format: json (default), stream-json (Ralph's --live)
+#                       or text; gemini's -o (json, stream-json or text); text turns codex's, opencode's and
+#                       amp's JSON off
 here=$(cd "$(dirname "$0")" && pwd)
 # The fake agent in examples/bin, unless the caller put it on PATH already (scripts/demo.sh and the tests do,
 # so that ralph-supervise's call shims, which it puts first on PATH, stay in front of it).
@@ -27,6 +29,12 @@ while true; do
         opencode)
             fmt=json; [ "$format" = text ] && fmt=default
             timeout "${RALPH_LOOP_TIMEOUT:-60}" opencode run --format "$fmt" "Loop #$loop: $prompt" < /dev/null ;;
+        cursor)
+            timeout "${RALPH_LOOP_TIMEOUT:-60}" cursor-agent -p --output-format "$format" --force \
+                "Loop #$loop: $prompt" < /dev/null ;;
+        amp)
+            json=--stream-json; [ "$format" = text ] && json=""
+            timeout "${RALPH_LOOP_TIMEOUT:-60}" amp -x "Loop #$loop: $prompt" $json < /dev/null ;;
         *)
             timeout "${RALPH_LOOP_TIMEOUT:-60}" claude --output-format "$format" \
                 --append-system-prompt "Loop #$loop of the fake Ralph loop" -p "$prompt" < /dev/null ;;

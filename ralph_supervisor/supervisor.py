@@ -317,6 +317,9 @@ class Supervisor:
         self._ws_pool.shutdown(wait=True)
         await asyncio.to_thread(self.workspace.stop)
         await asyncio.to_thread(self.analysis.close)  # never block the loop: the worker may be handing off to it
+        read, dropped = self.tap.counters.bytes_read, self.analysis.dropped_bytes
+        log.info("output_analysed", bytes_read=read, bytes_scanned=read - dropped, analysis_dropped_bytes=dropped,
+                 cut_lines=self.analysis.cut_lines())  # what the error filter saw of the run's output, and missed
         self._save()
         self._write_metrics_textfile(force=True)
         self.notifier.close(0.0 if self.hurry else 2.0)

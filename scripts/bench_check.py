@@ -8,10 +8,12 @@ Side by side, whole-process time (start-up included), on the same ledger files:
 Growth: our time from 100 to 100,000 attempts, whole process and in-process (parse + decide), which should be
 linear or better. Both programs' outputs are compared too (a benchmark of a wrong answer is worthless).
 
-loop-context is found from --loop-context PATH, $LOOP_CONTEXT_BIN, or ./node_modules; without it the baseline
-column says n/a. Install it with `npm install @cobusgreyling/loop-context@1.5.0`.
+loop-context is found from --loop-context PATH, $LOOP_CONTEXT_BIN, or ./node_modules; when none is there the
+benchmark installs 1.5.0 itself from the npm registry (scripts/install-loop-context.sh, into ./node_modules),
+unless --no-install; only without node, npm or the registry does the baseline column say n/a.
 
-Usage: scripts/bench_check.py [--quick] [--loop-context PATH/TO/cli.js] [--out docs/bench/check.md]
+Usage: scripts/bench_check.py [--quick] [--sizes N,N] [--loop-context PATH/TO/cli.js] [--no-install]
+                              [--out docs/bench/check.md]
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import _benchkit as kit  # noqa: E402
 
 from ralph_supervisor.ledger import BreakerConfig, check_breaker, parse_ledger  # noqa: E402
 
@@ -88,12 +93,23 @@ def distinct_errors_ledger(n: int, seed: int = 3) -> dict[str, Any]:
     return {"goal": "Many different failures", "attempts": attempts}
 
 
-def find_loop_context(explicit: str | None) -> str | None:
+def find_loop_context(explicit: str | None, install: bool = True) -> str | None:
+    """loop-context 1.5.0's cli.js: the one named, else the environment's, else ./node_modules' (installed there
+    from the npm registry first when it is missing and `install`)."""
     for candidate in (explicit, os.environ.get("LOOP_CONTEXT_BIN"),
                       str(ROOT / "node_modules/@cobusgreyling/loop-context/dist/cli.js")):
         if candidate and Path(candidate).is_file():
             return candidate
-    return None
+    if explicit or not install:
+        return None
+    print("bench_check: installing loop-context 1.5.0 from the npm registry (scripts/install-loop-context.sh)",
+          file=sys.stderr)
+    done = subprocess.run([str(ROOT / "scripts/install-loop-context.sh")], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"bench_check: {done.stderr.strip() or 'could not install loop-context'}: the baseline is n/a",
+              file=sys.stderr)
+        return None
+    return done.stdout.strip().splitlines()[-1]
 
 
 def timed(cmds: list[list[str]], runs: int, cwd: Path) -> list[tuple[float, int, bytes]]:
@@ -136,14 +152,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes and fewer runs, for development")
     ap.add_argument("--loop-context", help="path to loop-context 1.5.0's dist/cli.js")
+    ap.add_argument("--no-install", action="store_true", help="never install loop-context (the baseline is n/a)")
+    ap.add_argument("--sizes", help="ledger sizes, comma separated (default 100,1000,10000,100000; quick: to 10000)")
     ap.add_argument("--out", default=str(ROOT / "docs/bench/check.md"))
     args = ap.parse_args()
 
     sizes = [100, 1000, 10000] if args.quick else [100, 1000, 10000, 100000]
+    if args.sizes:
+        try:
+            sizes = sorted({int(n) for n in args.sizes.split(",")})
+        except ValueError:
+            ap.error(f"--sizes: expected numbers separated by commas, got {args.sizes!r}")
     runs = 3 if args.quick else 7
-    side_n = 10000
+    side_n = 10000 if 10000 in sizes else sizes[-1]
     node = shutil.which("node")
-    lc = find_loop_context(args.loop_context) if node else None
+    lc = find_loop_context(args.loop_context, install=not args.no_install) if node else None
     ours_cmd = [sys.executable, "-m", "ralph_supervisor.check"]  # the package must be importable (editable install)
 
     rows: list[str] = []
@@ -219,7 +242,7 @@ def main() -> int:
                 growth.append(f"| {kind} | {n:,} | {fmt(r['ours'])} | {fmt(r['inproc'])} | {per:.2f} µs | {step} | {base} |")
                 prev = r["inproc"]
 
-    machine = f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    machine = f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, code {kit.commit()}"
     if node:
         machine += f", Node {subprocess.run([node, '--version'], capture_output=True, text=True).stdout.strip()}"
     load = os.getloadavg()

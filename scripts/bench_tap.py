@@ -4,13 +4,17 @@
 Side by side in one run, alternating (cat first in even rounds, the supervisor first in odd rounds), the
 same writer child (this script with `--emit`: realistic agent output, a 1 MiB block written again and
 again) runs
-  - as `sh -c 'CHILD | cat > FILE'` (the baseline: a consumer that does nothing but store the bytes), and
+  - as `CHILD | cat > FILE` (the baseline: a consumer that does nothing but store the bytes), through a pipe
+    of the same size the supervisor gives its child (the tap's PIPE_SIZE, 1 MiB: `cat` behind the default
+    64 KiB pipe would be a different race), and
   - as `python -m ralph_supervisor run --no-echo -w TMP -- CHILD` (tee to child.log under its 500 MB
     budget, line splitting and the error filter behind it, the tree sampler, the workspace watcher).
 Measured: the child's own time from its first write to its exit (is it ever held up by its reader?),
-the whole-process time (the supervisor's start-up and shutdown included), and the supervisor's peak RSS
-(wait4's ru_maxrss, and /proc/PID/status VmHWM sampled every 20 ms). Targets (issue 2): child time
-supervised <= 1.25x of cat; supervisor RSS < 60 MB.
+the whole-process time (the supervisor's start-up and shutdown included), the supervisor's CPU time, its
+peak RSS (wait4's ru_maxrss, and /proc/PID/status VmHWM sampled every 20 ms), and how many of the bytes
+the error filter behind the tap scanned and how many it dropped because it fell behind (the run's
+`output_analysed` event). Medians over the rounds (default 5), with each side's spread (min-max).
+Targets (issue 2): child time supervised <= 1.25x of cat; supervisor RSS < 60 MB.
 
 Usage: scripts/bench_tap.py [--quick] [--size MB] [--rounds N] [--out docs/bench/tap.md]
 """
@@ -18,8 +22,9 @@ Usage: scripts/bench_tap.py [--quick] [--size MB] [--rounds N] [--out docs/bench
 from __future__ import annotations
 
 import argparse
+import fcntl
+import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -27,6 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
+
+from ralph_supervisor.evidence.tap import F_SETPIPE_SZ, PIPE_SIZE  # noqa: E402 - the baseline's pipe: the same size
 
 RSS_TARGET_MB = 60.0
 RATIO_TARGET = 1.25
@@ -57,13 +64,21 @@ def read_stamp(stamp: Path) -> float:
 
 
 def run_cat(tmp: Path, size: int) -> dict[str, float]:
+    """CHILD | cat > FILE, the pipe between them as big as the supervisor's (the shell's would be 64 KiB)."""
     stamp = tmp / "cat.stamp"
     out = tmp / "cat.out"
-    cmd = f"{shlex.join(child_argv(size, stamp))} | cat > {shlex.quote(str(out))}"
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, F_SETPIPE_SZ, PIPE_SIZE)
     started = time.monotonic()
-    proc = kit.start(["sh", "-c", cmd])
-    code, _ = kit.wait_rusage(proc)
+    with open(out, "wb") as sink:
+        cat = kit.start(["cat"], stdin=read_end, stdout=sink)
+        child = kit.start(child_argv(size, stamp), stdout=write_end)
+        os.close(read_end)
+        os.close(write_end)
+        code, _ = kit.wait_rusage(child)
+        cat_code, _ = kit.wait_rusage(cat)
     whole = time.monotonic() - started
+    code = code or cat_code
     written = out.stat().st_size
     out.unlink()
     stamp_s = read_stamp(stamp)
@@ -95,6 +110,7 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
     sampler.stop()
     state = workspace / ".ralph-supervise"
     logged = kit.dir_bytes(state, "child.log*")
+    analysed = filter_counts(state)
     result = {
         "child_s": read_stamp(stamp),
         "whole_s": whole,
@@ -104,6 +120,9 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
         "logged_mb": logged / 1e6,
         "hung": hung,
         "limit_s": limit,
+        "read_mb": analysed.get("bytes_read", 0) / 1e6,
+        "scanned_mb": analysed.get("bytes_scanned", 0) / 1e6,
+        "dropped_mb": analysed.get("analysis_dropped_bytes", 0) / 1e6,
     }
     kit.shutil.rmtree(workspace, ignore_errors=True)
     if code != 0 and not hung:
@@ -112,6 +131,27 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
         print(f"bench_tap: the supervisor had not exited {limit:.0f} s after it started (the child had finished"
               f" after {result['child_s']:.1f} s): SIGTERM, then SIGKILL", file=sys.stderr, flush=True)
     return result
+
+
+def filter_counts(state: Path) -> dict[str, int]:
+    """The run's `output_analysed` event: bytes read, scanned by the error filter, dropped unscanned."""
+    try:
+        lines = (state / "events.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "output_analysed":
+            return record
+    return {}
+
+
+def spread(runs: list[dict[str, float]], key: str) -> str:
+    values = [r[key] for r in runs]
+    return f"{min(values):.2f}-{max(values):.2f} s"
 
 
 def startup_time(tmp: Path) -> float:
@@ -132,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 MB instead of 1 GB")
     parser.add_argument("--size", type=int, help="MB to write (MiB, 2^20 bytes)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=kit.DOCS / "tap.md")
     parser.add_argument("--emit", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--stamp", type=Path, help=argparse.SUPPRESS)
@@ -174,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         kit.Row(f"child writes {size_mib} MiB: child's time, first write to exit (median)",
                 kit.fmt_s(sup_child), kit.fmt_s(cat_child), f"{ratio:.2f}", f"<= {RATIO_TARGET}",
                 ratio <= RATIO_TARGET),
+        kit.Row("same, spread over the rounds (min-max)", spread(sup_runs, "child_s"), spread(cat_runs, "child_s")),
         kit.Row("same, throughput", f"{mb / sup_child:.0f} MB/s", f"{mb / cat_child:.0f} MB/s"),
         kit.Row("whole process (supervisor start-up and shutdown included)", kit.fmt_s(sup_whole),
                 kit.fmt_s(cat_whole), f"{whole_ratio:.2f}", "(for reference)"),
@@ -181,12 +222,18 @@ def main(argv: list[str] | None = None) -> int:
         kit.Row("supervisor peak RSS (worst run)", kit.fmt_mib(peak_rss), "", "", f"< {RSS_TARGET_MB:.0f} MiB",
                 peak_rss < RSS_TARGET_MB),
         kit.Row("supervisor CPU time (median)", kit.fmt_s(med(sup_runs, "cpu_s")), "", "", "(for reference)"),
+        kit.Row("error filter: bytes scanned of the bytes read (median)",
+                f"{med(sup_runs, 'scanned_mb'):.0f} of {med(sup_runs, 'read_mb'):.0f} MB",
+                "", f"{med(sup_runs, 'scanned_mb') / max(med(sup_runs, 'read_mb'), 1e-9):.2f}", "(for reference)"),
+        kit.Row("error filter: bytes dropped unscanned, it fell behind (median; worst run)",
+                f"{med(sup_runs, 'dropped_mb'):.0f} MB ({max(r['dropped_mb'] for r in sup_runs):.0f} MB)", "", "",
+                "(for reference: a burst far above any agent's rate)"),
         kit.Row("child.log on disk after the run (budget 500 MB)", f"{max(r['logged_mb'] for r in sup_runs):.0f} MB",
                 f"{mb:.0f} MB", "", "<= 500 MB", max(r["logged_mb"] for r in sup_runs) <= 500),
     ]
     runs = "\n".join(
         f"| {i + 1} | {c['child_s']:.2f} s / {c['whole_s']:.2f} s | {s['child_s']:.2f} s / {s['whole_s']:.2f} s "
-        f"| {s['maxrss_mib']:.1f} MiB | {s['cpu_s']:.2f} s |"
+        f"| {s['maxrss_mib']:.1f} MiB | {s['cpu_s']:.2f} s | {s['scanned_mb']:.0f} / {s['dropped_mb']:.0f} MB |"
         for i, (c, s) in enumerate(zip(cat_runs, sup_runs)))
     hung_runs = [i + 1 for i, r in enumerate(sup_runs) if r["hung"]]
     rows.append(kit.Row("supervised runs where the supervisor did not exit after the child", str(len(hung_runs)),
@@ -206,8 +253,9 @@ Machine: {kit.machine_line()}; load average {load_start:.1f} at the start, {load
 was shared with other work). Mode: {"quick" if size_mib < 1024 else "full"}; {args.rounds} rounds, alternating, median.
 The child (`scripts/bench_tap.py --emit`) writes a 1 MiB block of realistic agent output (stream-json events,
 long tool results, test lines, a few error lines) again and again with `os.write`.
-Baseline: `sh -c 'CHILD | cat > FILE'`. Ours: `python -m ralph_supervisor run --no-echo -w TMP -- CHILD`
-(child.log with its default 50 MB files and 500 MB budget, the error filter behind the tap).
+Baseline: `CHILD | cat > FILE` through a {PIPE_SIZE // kit.MIB} MiB pipe, the size the supervisor gives its child.
+Ours: `python -m ralph_supervisor run --no-echo -w TMP -- CHILD` (child.log with its default 50 MB files and
+500 MB budget, the error filter behind the tap: what it scanned and dropped is in the table).
 
 {kit.table(rows)}
 
@@ -215,8 +263,8 @@ Baseline: `sh -c 'CHILD | cat > FILE'`. Ours: `python -m ralph_supervisor run --
 
 Runs (child's time / whole process):
 
-| round | cat | supervised | supervisor ru_maxrss | supervisor CPU |
-|---|---|---|---|---|
+| round | cat | supervised | supervisor ru_maxrss | supervisor CPU | filter scanned / dropped |
+|---|---|---|---|---|---|
 {runs}
 """
     kit.publish("tap", md, rows, args.out, load_start)

@@ -30,6 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import _benchkit as kit  # noqa: E402 - the commit the section names
 
 from ralph_supervisor.process.linux import read_stat, set_child_subreaper  # noqa: E402
 from ralph_supervisor.process.reaper import Reaper  # noqa: E402
@@ -221,8 +224,8 @@ def main() -> int:
     lines = [
         "## tree: stopping and pausing the whole process tree",
         "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"load average at the end {load[0]:.1f} (the machine was shared).",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, code "
+        f"{kit.commit()}; load average at the end {load[0]:.1f} (the machine was shared).",
         f"Mode: {'quick' if args.quick else 'full'}; median of {runs} run(s) on freshly started trees; grace {grace:g} s.",
         "Baseline: `kill -TERM -<pgid>`, wait until the process group is empty or the grace is over, "
         "`kill -KILL -<pgid>` (pause: `kill -STOP -<pgid>`). Its time ends when the group is empty; what it "

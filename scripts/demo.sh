@@ -4,7 +4,7 @@
 # breaker and freezes the whole process tree; after a short cooldown it thaws the tree for one
 # trial iteration, which fails too, so the breaker opens for good and the tree is stopped (exit 2).
 # Sets up .venv (and installs this package) on first use.
-#   scripts/demo.sh [--agent claude|codex|gemini|opencode]   the fake agent CLI the loop calls (default claude);
+#   scripts/demo.sh [--agent claude|codex|gemini|opencode|cursor|amp]   the fake agent CLI the loop calls (default claude);
 #                   the supervisor is not told which: it reads each call with the adapter of the process
 set -eu
 agent=claude
@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case "$agent" in claude|codex|gemini|opencode) ;; *) echo "demo.sh: --agent: no fake $agent (claude, codex, gemini, opencode)" >&2; exit 1 ;; esac
+case "$agent" in claude|codex|gemini|opencode|cursor|amp) ;; *) echo "demo.sh: --agent: no fake $agent (claude, codex, gemini, opencode, cursor, amp)" >&2; exit 1 ;; esac
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh ""
 

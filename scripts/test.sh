@@ -4,7 +4,8 @@
 #                              processes, so 3 workers keep 2 cores busy); RALPH_TEST_WORKERS=0 runs them in one
 #   scripts/test.sh --fast     the fast lane: every test not marked slow (no supervisor started)
 #   RALPH_TEST_NO_SETUP=1      skip scripts/setup.d (the installs of the tools some tests need)
-# Extra arguments go to pytest. "No tests collected" (pytest exit 5) is a failure.
+# Extra arguments go to pytest. "No tests collected" (pytest exit 5) is a failure. Every skip is listed at the
+# end with its reason, and a skip not allowed by tests/allowed_skips.txt fails the run (tests/helpers/skips.py).
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh "[test]"
@@ -39,7 +40,7 @@ if [ "$workers" != "0" ]; then
     parallel=(-n "$workers")
 fi
 set +e
-python -m pytest ${parallel[@]+"${parallel[@]}"} ${fast[@]+"${fast[@]}"} "$@"
+python -m pytest ${parallel[@]+"${parallel[@]}"} ${fast[@]+"${fast[@]}"} --allowed-skips=tests/allowed_skips.txt "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then

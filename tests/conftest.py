@@ -18,7 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest_plugins = ("tests.helpers.fuzzing",)  # the `scratch` and `here` folders of the property tests
+pytest_plugins = ("tests.helpers.fuzzing",  # the `scratch` and `here` folders of the property tests
+                  "tests.helpers.skips")  # every skip listed at the end; --allowed-skips fails on the others
+import tests.helpers.hypothesis_profile  # noqa: E402,F401 - deadline=None for every property test: a busy machine
 
 from tests.helpers import EXAMPLES, REPO  # noqa: F401 - the tests import them from here too
 TEST_ID_VAR = "RALPH_TEST_ID"

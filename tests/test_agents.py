@@ -38,8 +38,10 @@ SUCCESS = [  # (agent, fixture, mode, tokens, cache tokens, dollars, session id 
     ("gemini", "success.jsonl", "stream-json", 5530 + 1021, 12788, None, "b2b90938"),
     ("opencode", "success.jsonl", "stream-json", (1203 + 211) + (517 + 388 + 64), 14592 + 15795, 0.0132 + 0.0101,
      "ses_4947"),
-    ("cursor", "success.json", "json", None, None, None, "c6b62c6f"),
+    ("cursor", "success.json", "json", None, None, None, "c6b62c6f"),  # the docs' json result: no usage
+    ("cursor", "thinking_no_tools.jsonl", "stream-json", 12200 + 388, 9800 + 412, None, "c6b62c6f"),  # camelCase usage
     ("amp", "success.jsonl", "stream-json", (12783 + 40) + (412 + 388), 2 * (367 + 12416), None, "T-2775dc"),
+    ("amp", "thinking.jsonl", "stream-json", 412 + 388, 367 + 12416, None, "T-2775dc"),  # --stream-json-thinking
 ]
 
 
@@ -74,10 +76,11 @@ FAILED = [  # (agent, fixture, an error line the adapter adds for the filter, or
     ("codex", "interrupted.jsonl", None),  # no turn.completed: cut off
     ("gemini", "failed.jsonl", "Reached max session turns"),
     ("gemini", "failed_json.log", "Reached max session turns"),  # the pretty-printed error object on stderr
-    ("opencode", "failed.jsonl", "UnknownError: Error: Unable to connect"),
+    ("opencode", "failed.jsonl", "UnknownError: Unexpected server error"),
+    ("opencode", "error_only.jsonl", "UnknownError: Unexpected server error"),  # a recorded run's whole output
     ("opencode", "cut_off.jsonl", None),  # the last step wanted to call tools: it never ended
-    ("cursor", "failed.txt", None),  # no JSON at all, only the message on stderr
-    ("amp", "failed.jsonl", None),
+    ("cursor", "cut_off.jsonl", None),  # the stream ended without a result (its message went to stderr)
+    ("amp", "failed.jsonl", None),  # an error result: `error` instead of `result`
 ]
 
 
@@ -99,7 +102,7 @@ LIMITS = [  # (agent, fixture, seconds from NOW to the reset, or None when the o
     ("gemini", "usage_limit_text.txt", 2 * 3600 + 52 * 60 + 39),  # text mode: "[API Error: ... reset after ...]"
     ("opencode", "usage_limit_reset.jsonl", 1800),  # APIError 429 with a retry-after header
     ("opencode", "usage_limit.jsonl", None),
-    ("cursor", "usage_limit.txt", 7 * 3600),  # "try again at 5:00 PM"
+    ("cursor", "usage_limit.txt", None),  # "Error: You've hit your usage limit" and seven indented lines
 ]
 
 
@@ -196,6 +199,7 @@ def test_the_adapter_is_the_process_s_or_the_format_s_or_the_forced_one() -> Non
     assert read_call(claude, name="codex", now=NOW).agent == "claude"  # a wrapper named codex that runs claude
     assert read_call((FIXTURES / "cursor" / "success.jsonl").read_text(), now=NOW).agent == "cursor"
     assert read_call((FIXTURES / "amp" / "success.jsonl").read_text(), now=NOW).agent == "amp"
+    assert read_call((FIXTURES / "amp" / "thinking.jsonl").read_text(), now=NOW).agent == "amp"
     forced = read_call(claude, name="claude", agent="codex", now=NOW)
     assert forced.agent == "codex" and forced.mode == "text" and forced.unknown_events == 1
     assert read_call("plain words\n", name="codex", now=NOW).agent == "codex"  # codex exec without --json
@@ -294,12 +298,58 @@ def test_tokens_and_dollars_are_unknown_where_an_agent_reports_none() -> None:
     reported = {agent: (out.tokens is not None, out.cost_usd is not None) for agent, out in (
         ("claude", read("claude", "json_compile_error.log")), ("codex", read("codex", "success.jsonl")),
         ("gemini", read("gemini", "success.json")), ("opencode", read("opencode", "success.jsonl")),
-        ("cursor", read("cursor", "success.json")), ("amp", read("amp", "success.jsonl")))}
+        ("cursor", read("cursor", "success.jsonl")), ("amp", read("amp", "success.jsonl")))}
     assert reported == {"claude": (True, True), "codex": (True, False), "gemini": (True, False),
-                        "opencode": (True, True), "cursor": (False, False), "amp": (True, False)}
+                        "opencode": (True, True), "cursor": (True, False), "amp": (True, False)}
+    assert read("cursor", "success.json").tokens is None  # the json result documented has no usage
     assert output_warnings(read("codex", "success.jsonl")) == []
 
 
 def test_every_adapter_is_registered_under_its_own_name() -> None:
     assert all(ADAPTERS[name].name == name for name in NAMES)
     assert read_output("").events == []
+
+
+# --- Cursor's stream: thinking events, and told apart from Claude's without a process name -----------------
+
+CURSOR_STREAMS = ("success.jsonl", "thinking_no_tools.jsonl", "cut_off.jsonl", "success.json")
+
+
+@pytest.mark.parametrize("name", CURSOR_STREAMS)
+def test_a_cursor_stream_is_read_as_cursor_s_with_no_process_name_even_without_tool_calls(name: str) -> None:
+    text = (FIXTURES / "cursor" / name).read_text()
+    out = read_call(text, now=NOW)  # marker mode: no process says which agent
+    assert out.agent == "cursor", name
+    assert out.unknown_events == 0 and output_warnings(out) == []
+
+
+@pytest.mark.parametrize("name", ["success.jsonl", "thinking_no_tools.jsonl", "cut_off.jsonl"])
+def test_cursor_thinking_events_are_read_not_reported_as_unreadable(name: str) -> None:
+    text = (FIXTURES / "cursor" / name).read_text()
+    assert '"type":"thinking"' in text
+    out = read(("cursor"), name)
+    assert out.unknown_events == 0 and output_warnings(out) == []
+    assert out.reply is None or "The user requested" not in out.reply  # thinking is not the reply
+
+
+def test_claude_s_own_stream_is_still_claude_s() -> None:
+    for name in ("stream_tests_failing.jsonl", "stream_usage_limit.jsonl", "json_complete.log"):
+        assert read_call((FIXTURES / "claude" / name).read_text(), now=NOW).agent == "claude", name
+
+
+def test_a_cursor_error_block_is_read_from_its_first_line() -> None:
+    out = read("cursor", "usage_limit.txt")
+    assert out.message == "Error: You've hit your usage limit"
+    reply = read_call("Done.\n  indented detail of the reply\n", name="aider", now=NOW)
+    assert reply.reply is not None and not reply.failed  # an indented block that is no error stays a reply
+
+
+def test_every_cursor_amp_and_opencode_fixture_cites_where_its_format_comes_from() -> None:
+    for agent in ("cursor", "amp", "opencode"):
+        sources = (FIXTURES / agent / "SOURCES.md").read_text()
+        for path in (FIXTURES / agent).iterdir():
+            if path.name == "SOURCES.md":
+                continue
+            entries = sources.split("\n- ")[1:]  # one entry per file: "`NAME`: what, and from where" (lines wrap)
+            entry = next((e for e in entries if e.startswith(f"`{path.name}`")), "")
+            assert "https://" in entry, f"{agent}/{path.name} is not cited in {agent}/SOURCES.md"

@@ -1,8 +1,9 @@
-"""Side by side with the real loop-context 1.5.0 CLI, when it is installed (skipped otherwise).
+"""Side by side with the real loop-context 1.5.0 CLI.
 
-Set LOOP_CONTEXT_BIN to its cli.js (e.g. after `npm install @cobusgreyling/loop-context@1.5.0`:
-node_modules/@cobusgreyling/loop-context/dist/cli.js). Every case runs both programs as real processes on the
-same ledger file with the same flags and compares stdout and the exit code byte for byte.
+scripts/test.sh installs it from the npm registry (scripts/install-loop-context.sh, into ./node_modules), where
+this module finds it; LOOP_CONTEXT_BIN names another cli.js. Without it (or without node) the tests skip, and
+scripts/test.sh fails on those skips. Every case runs both programs as real processes on the same ledger file
+with the same flags and compares stdout and the exit code byte for byte.
 """
 
 from __future__ import annotations
@@ -18,12 +19,27 @@ from typing import Any
 
 import pytest
 
-LOOP_CONTEXT = os.environ.get("LOOP_CONTEXT_BIN", "")
+from tests.helpers import REPO
+
+INSTALLED = REPO / "node_modules/@cobusgreyling/loop-context/dist/cli.js"
+LOOP_CONTEXT = os.environ.get("LOOP_CONTEXT_BIN") or str(INSTALLED)
 NODE = shutil.which("node")
 
-pytestmark = pytest.mark.skipif(
-    not (LOOP_CONTEXT and Path(LOOP_CONTEXT).is_file() and NODE), reason="LOOP_CONTEXT_BIN (loop-context 1.5.0 cli.js) and node needed"
-)
+
+def _why_not() -> str:
+    """Why the comparison cannot run here ("" when it can)."""
+    if NODE is None:
+        return "node is not installed (Debian: nodejs)"
+    if not Path(LOOP_CONTEXT).is_file():
+        return f"no loop-context cli.js at {LOOP_CONTEXT}: run scripts/install-loop-context.sh (scripts/test.sh does)"
+    try:
+        version = json.loads((Path(LOOP_CONTEXT).parents[1] / "package.json").read_text()).get("version")
+    except (OSError, ValueError, AttributeError):
+        version = "of no version we can read"
+    return "" if version == "1.5.0" else f"loop-context at {LOOP_CONTEXT} is {version}, not 1.5.0"
+
+
+pytestmark = pytest.mark.skipif(bool(_why_not()), reason=_why_not() or "-")
 
 ACTIONS = ["run tests", "run tests again", "Run Tests", "patch schema", "patch schema v2", "try 1", "try 5", "fix ü", "😀 emoji"]
 PIECES = [

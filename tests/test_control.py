@@ -506,11 +506,12 @@ def test_peer_rule_allows_only_the_same_user_and_root() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
-def test_parsing_any_bytes_yields_a_request_or_a_control_error(line: bytes) -> None:
+def test_parsing_any_bytes_yields_a_request_or_one_line_control_error(line: bytes) -> None:
     try:
         req = parse_request(line)
     except ControlError as exc:
-        assert "\n" not in str(exc) or str(exc)
+        message = str(exc)
+        assert message and "\n" not in message, repr(message)  # one line, never empty
     else:
         assert req["cmd"] in control.COMMANDS
 
@@ -519,13 +520,18 @@ def test_parsing_any_bytes_yields_a_request_or_a_control_error(line: bytes) -> N
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=20))
-def test_decoding_any_json_answer_yields_a_result_or_a_control_error(value: Any) -> None:
+def test_decoding_any_json_answer_yields_its_result_or_one_line_control_error(value: Any) -> None:
+    answered = isinstance(value, dict) and value.get("ok") is True
+    readable = answered and (value.get("result") is None or isinstance(value.get("result"), dict))
     try:
         result = decode_response(json.dumps(value).encode())
-    except ControlError:
-        pass
+    except ControlError as exc:
+        message = str(exc)
+        assert not readable, value
+        assert message and "\n" not in message, repr(message)
     else:
-        assert isinstance(result, dict)
+        assert readable, value
+        assert result == (value.get("result") or {})
 
 
 def test_error_answers_are_always_one_line() -> None:

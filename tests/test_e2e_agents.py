@@ -1,7 +1,9 @@
-"""End to end, for Codex, Gemini CLI and opencode: a stuck loop, a same-error loop, a blocked loop and a token
-budget loop, each a real Ralph-style loop calling the agent's fake CLI (examples/bin) under the real supervisor,
-with no flag saying which agent it is. The four loops of an agent run at the same time (their thresholds count
-iterations, not seconds), so the whole file costs about what one agent's loops cost one after the other."""
+"""End to end, for Codex, Gemini CLI, opencode, Cursor's agent and Amp: a stuck loop, a same-error loop, a blocked
+loop and a token budget loop, each a real Ralph-style loop calling the agent's fake CLI (examples/bin) under the
+real supervisor, with no flag saying which agent it is. The loops of an agent run at the same time (their
+thresholds count iterations, not seconds), so the whole file costs about what one agent's loops cost one after
+the other. Amp has no blocked loop: its wording for an authentication failure is published nowhere we could cite
+(tests/fixtures/agent/amp/SOURCES.md), so its fake does not play one."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ CASES = {  # case: (scenario, supervisor flags)
     "blocked": ("auth", ()),
     "budget": ("progress", ("--token-budget", "2000", "--cost-budget", "1")),
 }
-FORMATS = {"codex": "json", "gemini": "stream-json", "opencode": "json"}
-COST = {"codex": None, "gemini": None, "opencode": 0.01}
+FORMATS = {"codex": "json", "gemini": "stream-json", "opencode": "json", "cursor": "stream-json", "amp": "json"}
+COST = {"codex": None, "gemini": None, "opencode": 0.01, "cursor": None, "amp": None}
+SKIPPED_CASES = {"amp": {"blocked"}}
 
 
 def loop_env(agent: str, scenario: str) -> dict[str, str]:
@@ -30,10 +33,11 @@ def loop_env(agent: str, scenario: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent", ["codex", "gemini", "opencode"])
+@pytest.mark.parametrize("agent", ["codex", "gemini", "opencode", "cursor", "amp"])
 def test_stuck_same_error_blocked_and_budget_loops_open_the_breaker_for_each_agent(tmp_path: Path, agent: str) -> None:
     runs: dict[str, tuple[Path, subprocess.Popen[bytes]]] = {}
-    for case, (scenario, flags) in CASES.items():
+    cases = {case: how for case, how in CASES.items() if case not in SKIPPED_CASES.get(agent, set())}
+    for case, (scenario, flags) in cases.items():
         workspace = tmp_path / case
         workspace.mkdir()
         runs[case] = workspace, start(workspace, *FAST, *flags, "--", str(LOOP), env=loop_env(agent, scenario))
@@ -60,9 +64,13 @@ def test_stuck_same_error_blocked_and_budget_loops_open_the_breaker_for_each_age
     ledger = json.loads((results["same-error"][3] / "ledger.json").read_text())["attempts"]
     assert all("Failed to compile src/main.ts" in (a["error"] or "") for a in ledger)
 
-    blocked = opened("blocked")
-    assert (blocked["trigger"], blocked["iteration"]) == ("blocked", 1)
-    assert results["blocked"][2][0]["blocked"] and results["blocked"][2][0]["failed"]
+    if "blocked" in cases:
+        blocked = opened("blocked")
+        assert (blocked["trigger"], blocked["iteration"]) == ("blocked", 1)
+        assert results["blocked"][2][0]["blocked"] and results["blocked"][2][0]["failed"]
+    assert set(results) == set(cases)
+    for finished in (results[case][2] for case in cases):
+        assert all(e.get("agent") == agent for e in finished)
 
     budget = opened("budget")
     assert (budget["trigger"], budget["iteration"]) == ("token-budget", 2)

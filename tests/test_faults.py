@@ -7,6 +7,7 @@ behind" is checked from /proc, independently of the supervisor's view of its tre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -17,11 +18,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.helpers.disks import DiskUnavailable, loop_mounted_ext4
 from tests.helpers.fault_big_line import block
 from tests.helpers.fault_binary import expected as binary_output
 from tests.helpers.fault_procs import (
@@ -247,27 +250,51 @@ def test_json_lines_files_stay_whole_lines_when_the_disk_fills_up_and_frees_agai
     assert broken == [], broken
 
 
-@pytest.fixture
-def immutable(tmp_path: Path) -> Iterator[list[Path]]:
-    """Paths to make immutable (`chattr +i`: even root cannot create, rename or unlink in them);
-    the flag is removed again after the test. Skipped where chattr does not work."""
-    probe = tmp_path / "probe"
+@dataclass
+class Immutable:
+    """Where the test may make folders immutable (`root`), and the paths it made so (cleared afterwards)."""
+
+    root: Path
+    paths: list[Path]
+
+
+def _chattr_works(folder: Path) -> str:
+    """"" when `chattr +i` works in `folder`, else what it said."""
+    probe = folder / "probe"
     probe.mkdir()
-    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode != 0:
-        pytest.skip("chattr +i does not work here")
+    done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True)
     subprocess.run(["chattr", "-i", str(probe)], capture_output=True)
-    paths: list[Path] = []
-    try:
-        yield paths
-    finally:
-        for path in paths:
-            subprocess.run(["chattr", "-R", "-i", str(path)], capture_output=True)
+    probe.rmdir()
+    return "" if done.returncode == 0 else (done.stderr.strip() or "chattr +i failed")
 
 
-def freeze(paths: list[Path], folder: Path) -> None:
+@pytest.fixture
+def immutable(tmp_path: Path) -> Iterator[Immutable]:
+    """A folder whose paths can be made immutable (`chattr +i`: even root cannot create, rename or unlink in
+    them): tmp_path, or where its filesystem keeps no such flag (tmpfs, overlayfs), a small ext4 image
+    loop-mounted in it (as root). The flags are removed again after the test."""
+    made = Immutable(tmp_path, [])
+    with contextlib.ExitStack() as cleanup:
+        why = _chattr_works(tmp_path)
+        if why:
+            try:
+                made.root = cleanup.enter_context(loop_mounted_ext4(tmp_path / "ext4", size_mib=32))
+            except DiskUnavailable as exc:
+                pytest.skip(f"chattr +i does not work here ({why}) and no ext4 can be mounted: {exc}")
+            why = _chattr_works(made.root)
+            if why:
+                pytest.skip(f"chattr +i does not work even on a loop-mounted ext4: {why}")
+        try:
+            yield made
+        finally:
+            for path in made.paths:
+                subprocess.run(["chattr", "-R", "-i", str(path)], capture_output=True)
+
+
+def freeze(immutable: Immutable, folder: Path) -> None:
     """Make `folder` immutable first (no entry can appear, vanish or be renamed any more), then the
     regular files in it (sockets cannot carry the flag)."""
-    paths.append(folder)
+    immutable.paths.append(folder)
     done = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     files = [str(p) for p in folder.iterdir() if p.is_file() and not p.is_symlink()]
@@ -277,10 +304,10 @@ def freeze(paths: list[Path], folder: Path) -> None:
 
 
 def test_a_state_folder_made_read_only_mid_run_keeps_supervising_and_exits_with_the_childs_code(
-        tmp_path: Path, immutable: list[Path], runs: list[Run]) -> None:
-    go = tmp_path / "go"
+        immutable: Immutable, runs: list[Run]) -> None:
+    go = immutable.root / "go"
     script = f"while [ ! -e {go} ]; do sleep 0.05; done; RALPH_LOOP_MAX=3 exec {LOOP}"
-    run = new_run(runs, tmp_path / "work")
+    run = new_run(runs, immutable.root / "work")
     run.start("--", "bash", "-c", script, env=loop_env("progress", FAKE_CLAUDE_TOKENS="0"))
     wait_for(lambda: events(run.state_dir, "child_started"), what="child_started")
     wait_for((run.state_dir / "tree.json").exists, what="the tree record")
@@ -293,14 +320,14 @@ def test_a_state_folder_made_read_only_mid_run_keeps_supervising_and_exits_with_
 
 
 def test_a_read_only_state_folder_at_start_is_one_clear_line_and_nothing_runs(
-        tmp_path: Path, immutable: list[Path], runs: list[Run]) -> None:
-    workspace = tmp_path / "work"
+        immutable: Immutable, runs: list[Run]) -> None:
+    workspace = immutable.root / "work"
     state_dir = workspace / ".ralph-supervise"
     state_dir.mkdir(parents=True)
     (state_dir / ".gitignore").write_text("*\n")
     freeze(immutable, state_dir)
     run = new_run(runs, workspace)
-    witness = tmp_path / "spawned"
+    witness = immutable.root / "spawned"
     run.start("--", "touch", str(witness))
     assert run.finish(timeout=15) == 1
     lines = run.stderr.decode().strip().splitlines()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ralph_supervisor.memory import release_free_memory
-
 READS = (
     "import fcntl, os, resource, sys\n"
     "from ralph_supervisor.memory import tune_allocator\n"
@@ -38,6 +36,24 @@ def test_tuned_short_reads_reuse_memory_instead_of_faulting_in_fresh_pages() -> 
     assert tuned < untuned / 10, (tuned, untuned)
 
 
-def test_giving_memory_back_is_safe_to_repeat() -> None:
-    release_free_memory()
-    release_free_memory()
+GIVE_BACK = (
+    "from ralph_supervisor.memory import release_free_memory, tune_allocator\n"
+    "def anon_kib():\n"
+    "    with open('/proc/self/status') as fh:\n"
+    "        return next(int(line.split()[1]) for line in fh if line.startswith('RssAnon:'))\n"
+    "assert tune_allocator()\n"
+    "held = [bytearray(100_000) for _ in range(200)]  # 20 MB of the heap (each below the mmap threshold)\n"
+    "del held  # freed, but kept by the process: below the tuned trim threshold\n"
+    "kept = anon_kib()\n"
+    "release_free_memory()\n"
+    "given = anon_kib()\n"
+    "release_free_memory()\n"
+    "print(kept, given, anon_kib())\n"
+)
+
+
+def test_giving_memory_back_returns_the_freed_heap_and_is_safe_to_repeat() -> None:
+    out = subprocess.run([sys.executable, "-c", GIVE_BACK], capture_output=True, text=True, check=True)
+    kept, given, again = (int(word) for word in out.stdout.split())
+    assert kept - given > 15_000, (kept, given)  # most of the 20 MB freed went back to the system
+    assert abs(again - given) < 1_000, (given, again)  # a second time finds nothing more and breaks nothing

@@ -58,6 +58,16 @@ def test_output_reaches_child_log_byte_for_byte(tmp_path: Path) -> None:
     assert (tmp_path / ".ralph-supervise" / "child.log").read_bytes() == payload
 
 
+def test_the_end_of_a_run_says_how_many_bytes_the_error_filter_scanned_and_dropped(tmp_path: Path) -> None:
+    result = run(tmp_path, *NO_BREAKER, "--", sys.executable, "-c",
+                 "import sys; sys.stdout.write('x' * 99 + '\\n' + 'Error: y\\n' * 1000)")
+    assert result.returncode == 0
+    [analysed] = events(tmp_path / ".ralph-supervise", "output_analysed")
+    assert analysed["bytes_read"] == 100 + 9 * 1000
+    assert analysed["bytes_scanned"] == analysed["bytes_read"] and analysed["analysis_dropped_bytes"] == 0
+    assert analysed["cut_lines"] == 0
+
+
 def test_echo_copies_the_output_to_stdout(tmp_path: Path) -> None:
     result = run(tmp_path, "--echo", "--log-format", "json", "--", "printf", "hello\\n")
     assert result.stdout == b"hello\n"

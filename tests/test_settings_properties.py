@@ -332,6 +332,8 @@ def test_valid_environment_values_reach_settings(here: Path, env: dict[str, str]
             if var in env:
                 assert getattr(loaded, option.name) == option.parse(env[var])
                 assert loaded.sources[option.name] == f"environment {var}"
+            else:
+                assert loaded.sources.get(option.name) != f"environment {var}"
 
 
 FLAGS = sorted({o.flag for o in OPTIONS} | {"-w", "--workspace", "--state-dir", "--config", "--echo", "--no-echo"})
@@ -387,10 +389,14 @@ def test_any_command_line_gives_settings_or_one_line_or_help(here: Path, argv: l
 @example(argv=["\n"])
 @example(argv=["-w", "/no/such\nfolder", "--", "true"])
 def test_an_argument_with_a_line_break_still_gives_a_one_line_error(argv: list[str]) -> None:
+    options = argv[: argv.index("--")] if "--" in argv else argv
     try:
-        build_run_settings(argv, {})
+        loaded = build_run_settings(argv, {})
     except SettingsError as exc:
         assert one_line(str(exc)), repr(str(exc))
+    else:  # only the command line without a bad option is accepted, its command as given
+        assert not any("\n" in a or "\r" in a for a in options), argv
+        assert loaded.command == tuple(argv[argv.index("--") + 1:])
 
 
 @budget(10)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -453,14 +454,34 @@ def test_paths_sample_is_bounded_but_count_is_exact(tmp_path: Path, watch: Calla
     assert len(delta.paths) == 50 and delta.paths[0] == "f000.txt"
 
 
+def inotify_descriptors() -> int:
+    """This process's open inotify instances."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:  # the descriptor listdir itself used, closed meanwhile
+            pass
+    return count
+
+
 def test_stop_releases_the_watcher(tmp_path: Path, watch: Callable[..., Workspace], mode: str) -> None:
+    """Its threads end, its inotify instance is closed, and nothing changed later is reported."""
     root = tmp_path / "plain"
     root.mkdir()
-    ws = watch(root)
+    threads_before, inotify_before = set(threading.enumerate()), inotify_descriptors()
+    seen: list[Change] = []
+    ws = watch(root, on_change=seen.append)
+    assert set(threading.enumerate()) - threads_before  # it watches with threads of its own
+    assert inotify_descriptors() == inotify_before + (mode == "inotify")
     ws.stop()
     ws.stop()  # idempotent
-    if mode == "inotify":
-        assert ws.watched_directories == 0
+    assert [t.name for t in set(threading.enumerate()) - threads_before if t.is_alive()] == []
+    assert inotify_descriptors() == inotify_before
+    assert ws.watched_directories == 0
+    (root / "after.txt").write_text("written after the stop")
+    time.sleep(ws.poll_interval * 6)  # several polling passes, had one been left running
+    assert seen == []
 
 
 # ------------------------------------------------------------------------------ the real inotify limit

@@ -1,4 +1,4 @@
-"""What the fake agents in this folder share (claude, codex, gemini, opencode): the scenario, the call number,
+"""What the fake agents in this folder share (claude, codex, gemini, opencode, cursor-agent, amp): the scenario, the call number,
 the work a call does in the workspace and the reply it gives. Each fake prints the result in its agent's own
 format. No AI anywhere.
 

@@ -42,6 +42,8 @@ TEXT_TAIL_LINES = 5
 """In text mode, only this many last non-blank lines are error positions for limits and blocked errors."""
 TEXT_FAILED_LINES = 3
 """In text mode, a call failed when one of its last this-many non-blank lines is an error line."""
+MAX_BLOCK_LINES = 20
+"""... those last lines reach back at most this many lines more, to the head of an indented block."""
 SHORT_RESULT = 300
 """A result text this short that is nothing but a limit or login message is that message, even when the
 CLI reported it without an error flag (Claude Code has done so for usage limits)."""
@@ -501,12 +503,22 @@ class Findings:
         )
 
 
+def _tail_start(lines: list[str], tail: int) -> int:
+    """Where the last `tail` lines begin, moved back to the head of the indented block they begin inside:
+    a CLI's error is often one `Error: ...` line and indented details (Cursor's usage limit is eight lines)."""
+    start = max(0, len(lines) - tail)
+    floor = max(0, start - MAX_BLOCK_LINES)
+    while start > floor and lines[start][:1] in (" ", "\t"):
+        start -= 1
+    return start
+
+
 def read_text_mode(findings: Findings, output: Output) -> None:
     """Plain text: the whole output is the reply; its last lines tell failure, limits and blocks."""
     findings.mode = "text"
     lines = [line.rstrip("\r") for line in output.text.split("\n") if line.strip()]
-    findings.plain_lines(lines[-TEXT_TAIL_LINES:])
-    error_at_end = any(is_error_line(line) for line in lines[-TEXT_FAILED_LINES:])
+    findings.plain_lines(lines[_tail_start(lines, TEXT_TAIL_LINES):])
+    error_at_end = any(is_error_line(line) for line in lines[_tail_start(lines, TEXT_FAILED_LINES):])
     said_so = bool(findings.limit_text or findings.blocked_reason)  # a text call has no success marker to trust
     findings.succeeded = bool(lines) and not error_at_end and not said_so
     findings.result_text = output.text
