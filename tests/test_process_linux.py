@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.trees import wait_for
 from ralph_supervisor.process.linux import (
+    BOOT_TIME,
     ProcStat,
     create_time_to_ticks,
     is_child_subreaper,
@@ -89,7 +90,10 @@ def test_create_time_equals_psutils_and_converts_back_to_ticks_exactly() -> None
     try:
         stat = read_stat(proc.pid)
         assert stat is not None
-        assert abs(stat.create_time - psutil.Process(proc.pid).create_time()) < 0.011
+        # psutil adds /proc/stat's btime read afresh, which moves by a second with clock adjustments; ours is
+        # read once (an identity must not move): compare on one boot time.
+        theirs = psutil.Process(proc.pid).create_time() - psutil.boot_time() + BOOT_TIME
+        assert abs(stat.create_time - theirs) < 0.011
         assert create_time_to_ticks(stat.create_time) == stat.start_ticks
     finally:
         proc.kill()
