@@ -171,3 +171,28 @@ def test_a_stop_lets_the_loop_record_its_interruption_while_its_call_in_its_own_
     assert (ws / "status").read_text().startswith("interrupted"), "the loop recorded its interruption first"
     stopped = events(ws / STATE, "tree_stopped")[-1]
     assert stopped["survivors"] == 0
+
+
+QUICK_AGENT = r"""#!/bin/sh
+n=$(cat .ralph/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .ralph/count
+echo "step $n" > "step_$n.txt"
+echo '{"type":"result","subtype":"success","is_error":false,"result":"did step '$n'","usage":{"input_tokens":1,"output_tokens":1}}'
+"""
+
+
+@pytest.mark.slow
+def test_calls_too_short_to_sample_are_cut_from_their_replies_each_with_its_file(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    claude = installed(tmp_path, "claude", QUICK_AGENT)
+    calls = 40
+    # 0.2 s of the loop's own between calls: output read in one chunk with the next call's cannot be told
+    # apart by time, and a busy machine reads the pipe that late at times.
+    script = f"for i in $(seq 1 {calls}); do {claude} -p go --output-format json; sleep 0.2; done; sleep 1"
+    result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--output-decline", "0", "--", "bash", "-c",
+                 script, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    done = events(ws / STATE, "iteration_finished")
+    assert [e["iteration"] for e in done] == list(range(1, calls + 1))
+    assert [e["paths"] for e in done] == [[f"step_{n}.txt"] for n in range(1, calls + 1)]
+    assert [e["reply"] for e in done] == [f"did step {n}" for n in range(1, calls + 1)]
+    assert [h for h in history(ws / STATE) if h["to"] == "OPEN"] == []

@@ -10,6 +10,12 @@ Two ways to see a call:
 - **Sampled** (fallback): an agent started by absolute path, under another name, by a loop that replaced
   `PATH`, or with no shims at all: the tree is sampled on each tick and a new agent process begins a call;
   a pidfd still tells its end. A process named like a shimmed agent gets a moment for its notice first.
+  Its first writes came before the sampler saw it: the workspace gives it what changed since its process
+  began (the kernel's start time).
+- **Seen in the output** (last resort): a call too short for the sampler still prints its reply, and the
+  agent's format says where a reply ends (`agents/reply_end.py`). Where no process was seen, each complete
+  reply in the loop's output is an iteration, from the end of the one before it, with the files changed in
+  between; a process found later that began before that reply's end is not counted again.
 
 No call starts before the one before it is judged: a shim waits while the verdict is pending (see
 `shims.py`), and a sampled call seen meanwhile is frozen (SIGSTOP) until the verdict is in, then thawed and
@@ -45,6 +51,7 @@ import structlog
 
 from ralph_supervisor.agents import ADAPTERS
 from ralph_supervisor.agents.recognize import Known, Recognised, is_interpreter, known, recognise, stem
+from ralph_supervisor.agents.reply_end import reply_ends_in
 from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report
 from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read_notice
 from ralph_supervisor.iteration import IterationReport
@@ -65,6 +72,9 @@ ANNOUNCED_KEPT = 256
 STRAY_NOTICE_SECONDS = 1.0
 """A notice the watcher thread has not taken after this long is read by the tick (a lost event)."""
 IDENTITY_CACHE = 4096
+REPLY_SETTLE_SECONDS = 0.3
+"""A reply end in output no call claimed becomes an iteration only this long after it was read: a call's
+notice, its late output and the sampler have all had their turn by then."""
 STALE_PENDING_SECONDS = 2.0
 """A shim's pending mark no call awaits after this long is swept (its notice was lost)."""
 
@@ -199,6 +209,8 @@ class CallWatcher:
         self._awaiting: set[int] = set()
         """Shimmed calls begun and not yet judged (their pending marks stay)."""
         self._gated: dict[tuple[int, int], ProcStat] = {}
+        self._reply_boundary = 0.0
+        """When the last reply seen only in the output ended (a process begun before it was that call's)."""
         """Sampled calls frozen until the verdict on the call before them is in."""
 
     # ------------------------------------------------------------------ set-up
@@ -420,7 +432,14 @@ class CallWatcher:
             self._kill_newcomers(stats, candidates)
             return
         found = self.tracker.new_call_candidate(candidates)
+        while found is not None and self._reply_boundary:
+            began_stat = next(s for s in stats if (s.pid, s.create_time) == found)
+            if time.time() - process_age(began_stat.start_ticks) >= self._reply_boundary:
+                break
+            self.tracker.ignore_process(*found)  # the call whose reply was already counted from the output
+            found = self.tracker.new_call_candidate(candidates)
         if found is None:
+            self._bound_replies(now)
             return
         stat = next(s for s in stats if (s.pid, s.create_time) == found)
         if self._verdict_pending():  # frozen until the call before it is judged; begun at a tick after that
@@ -428,11 +447,15 @@ class CallWatcher:
                 self._gated[(stat.pid, stat.start_ticks)] = stat
                 log.info("agent_call_gated", pid=stat.pid, name=stat.name, until="the verdict on the call before it")
             return
+        self._bound_replies(now, before=time.time() - process_age(stat.start_ticks))  # theirs, not this one's
         name, argv, _ = self._identity(stat)
         fd = open_pidfd(stat.pid)
         if fd is not None and (read_stat(stat.pid) or stat).start_ticks != stat.start_ticks:
             os.close(fd)
             fd = None
+        if fd is None:  # gone already: when it ended is unknown, so its reply in the output tells the call
+            self.tracker.ignore_process(stat.pid, stat.create_time)
+            return
         parent = read_stat(stat.ppid)
         running = _Running("", stat.start_ticks, fd, parent.name if parent is not None else "")
         if fd is not None and self._exits is not None:
@@ -440,6 +463,27 @@ class CallWatcher:
         began = max(time.time() - process_age(stat.start_ticks), self._idle_since)  # the kernel's clock
         self.pool.submit(self.workspace.begin_iteration, "", began)  # its first writes came before we saw it
         self._begin(stat, name, argv, running, announced_at=began)
+
+    def _bound_replies(self, now: float, before: float | None = None) -> None:
+        """Tick, no call running: each reply that ended in the output no call claimed is an iteration (all
+        those read `before` a process that is about to begin, whatever their age)."""
+        if self._holding is not None or self.tracker.marker is not None:
+            return
+        since = max(self._idle_since, self._reply_boundary)
+        settled = now - REPLY_SETTLE_SECONDS if before is None else before
+        for until in self.tracker.pending_reply_ends(since, reply_ends_in):
+            if until > settled:
+                break
+            call = self.tracker.call_from_output(time.monotonic(), since, until)
+            self.hooks.started(call, since)
+            delta = self.pool.submit(self.workspace.take_from_gap, since, until)
+            self._chain(self._report_from_output(call, until, delta))
+            since = self._reply_boundary = self._idle_since = until
+
+    async def _report_from_output(self, call: CallEvidence, until: float,
+                                  delta_future: concurrent.futures.Future[Any]) -> None:
+        delta = await asyncio.wrap_future(delta_future)
+        await self._deliver(self.hooks.build(call, until, delta), until, call.number)
 
     def _kill_newcomers(self, stats: list[ProcStat], candidates: list[tuple[int, float, str, tuple[str, ...]]]) -> None:
         for pid, ctime, name, cmdline in candidates:

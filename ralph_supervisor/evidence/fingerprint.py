@@ -49,6 +49,15 @@ class Fingerprint:
         self.value = (self.value + term(path, after) - term(path, old)) % MODULUS
 
 
+def rewound(value: int, changes: list[tuple[str, bytes | None, bytes]]) -> int:
+    """The fingerprint before `changes` (path, before, after) were made, from the one after them. Pure."""
+    for path, before, after in changes:
+        old = UNSEEN if before is None else before
+        if old != after:
+            value = (value - term(path, after) + term(path, old)) % MODULUS
+    return value
+
+
 class Returns:
     """The state each iteration ended in; whether a new end state was seen before (and after which iteration)."""
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
+from ralph_supervisor.agents.reply_end import reply_ends_in
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.residual import states_blocker
 
@@ -180,6 +181,26 @@ class IterationTracker:
     def release(self, number: int) -> None:
         self._closing.pop(number, None)
 
+    def pending_reply_ends(self, after: float, ends: Callable[[str | None], bool]) -> list[float]:
+        """When (read time) each reply end was read among the output no call claimed, after `after`."""
+        return [r.read_at for r in self._pending if r.read_at > after and ends(r.text)]
+
+    def call_from_output(self, now: float, since: float, until: float) -> CallEvidence:
+        """An iteration seen only in the output: the loop's output no call claimed, read after `since` and
+        up to `until` (the end of a reply), begun and ended at once."""
+        self.number += 1
+        call = CallEvidence(self.number, now, since, announced_at=since)
+        kept: deque[OutputResult] = deque()
+        for result in self._pending:
+            if since < result.read_at <= until:
+                call.add(result)
+                self._pending_bytes -= result.nbytes
+            else:
+                kept.append(result)
+        self._pending = kept
+        call.ended_wall = until
+        return call
+
     def ignore_process(self, pid: int, create_time: float) -> None:
         """Never start a call for this process (e.g. the call that was running when a trial began)."""
         self._skip.add((pid, create_time))
@@ -253,10 +274,15 @@ class IterationTracker:
             return
         until = call.ended_wall + SETTLE_SECONDS
         nxt = self.current.begins_at if self.current is not None and self.current is not call else None
+        # A call that already ended its reply has no second one: a reply end read after it is the next
+        # call's, too short to be seen (and what comes after it too).
+        replied = bool(call.text) and reply_ends_in(call.text[-1])
         kept: deque[OutputResult] = deque()
         for result in self._pending:
             owns = call.owns(result)
             if owns is None:
+                if replied and reply_ends_in(result.text):
+                    until = min(until, result.read_at - 1e-6)
                 owns = call.begins_at <= result.read_at <= until and (nxt is None or result.read_at < nxt)
             if owns:
                 call.add(result)

@@ -54,7 +54,7 @@ from typing import Literal
 
 import structlog
 
-from ralph_supervisor.evidence.fingerprint import Fingerprint
+from ralph_supervisor.evidence.fingerprint import UNSEEN, Fingerprint, rewound
 from ralph_supervisor.evidence.ignore import VENV_MARKER, IgnoreRules, load_ignore_rules, read_text
 
 log = structlog.get_logger(__name__)
@@ -521,6 +521,43 @@ class Workspace:
             with self._lock:
                 return WorkspaceDelta(0, (), 0, fingerprint=self._fingerprint.value)
         return segment.delta()
+
+    def take_from_gap(self, since: float, until: float) -> WorkspaceDelta:
+        """A call seen only in the output (no process was seen): what changed in the gap between `since` and
+        `until` (epoch seconds) is that call's. It is taken out of the gap, which stays open."""
+        self._sync()
+        since_ns = int(since * 1e9) - COARSE_CLOCK_NS
+        until_ns = int(until * 1e9)
+        with self._lock:
+            segment = self._segment
+            if segment.key is not None:
+                return WorkspaceDelta(0, (), 0, fingerprint=self._fingerprint.value)
+            window = [c for c in segment.changes if since_ns <= c[0] < until_ns]
+            later = [c for c in segment.changes if c[0] >= until_ns]
+            before: dict[str, bytes | None] = {}
+            for _, path, prev in window:
+                before.setdefault(path, prev)
+            after: dict[str, bytes | None] = {}
+            for path in before:
+                nxt = next((prev for _, p, prev in later if p == path), None)
+                after[path] = nxt if any(p == path for _, p, _ in later) else self._known.get(path)
+            earlier = {c[1] for c in segment.changes if c[0] < since_ns}
+            segment.changes = [c for c in segment.changes if not (since_ns <= c[0] < until_ns)]
+            for path in before:
+                if path not in earlier:
+                    segment.touched[path] = after[path]  # no longer the gap's change
+            changed = sorted(p for p in before if before[p] is None or before[p] != after[p])
+            return WorkspaceDelta(len(changed), tuple(changed[:PATH_SAMPLE]), 0,
+                                  fingerprint=rewound(self._fingerprint.value, self._undone(later)))
+
+    def _undone(self, later: list[tuple[int, str, bytes | None]]) -> list[tuple[str, bytes | None, bytes]]:
+        """Under the lock: the changes `later` of the gap as (path, before, after), newest first."""
+        steps: list[tuple[str, bytes | None, bytes]] = []
+        after_of: dict[str, bytes] = {}
+        for _, path, prev in reversed(later):
+            steps.append((path, prev, after_of.get(path, self._known.get(path) or ABSENT)))
+            after_of[path] = prev if prev is not None else UNSEEN
+        return steps
 
     def close_gap(self) -> None:
         """The run is over: what changed since the last call ended goes to `on_gap` now."""
