@@ -314,7 +314,7 @@ class Supervisor:
         self._save()
         self._write_metrics_textfile(force=True)
         self.notifier.close(0.0 if self.hurry else 2.0)
-        self.metrics.close()
+        await asyncio.to_thread(self.metrics.close)  # after a final stop it waits for one more scrape
         self.sd.stopping()
         self.child_log.close()
         self.records.close()
@@ -402,6 +402,7 @@ class Supervisor:
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
+        self.metrics.stop_lingering()  # a signal: no waiting for a last scrape
         code = 128 + signum
         if self._signals == 1:
             log.info("signal_received", signal=signal.Signals(signum).name, action="stop the tree gracefully")
