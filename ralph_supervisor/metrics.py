@@ -312,7 +312,7 @@ class Metrics:
             wait = linger_seconds(self._scrapes)
             if wait <= 0 or not self._lingering:
                 return
-            seen = len(self._scrapes) and self._scrapes[-1]
+            seen = self._scrapes[-1]  # linger_seconds > 0: two scrapes at least
             log.info("metrics_lingering", seconds=round(wait, 2), why="final stop: one more scrape")
             deadline = time.monotonic() + wait
             while self._lingering and self._scrapes[-1] == seen:

@@ -3,8 +3,8 @@ the shipped alert rules (only their `for:` shortened), and a real Alertmanager r
 to a webhook on 127.0.0.1; the Grafana dashboard's queries run against the same Prometheus.
 
 Prometheus and Alertmanager are Debian's binaries (tests/helpers/debian_binaries.py, fetched by
-scripts/setup.d/40-prometheus-stack.sh); without them the tests skip and say why. One scenario runs once for
-the module (about 40 s) and each test checks one part of what it recorded.
+scripts/setup.d/40-prometheus-stack.sh); without them the tests skip and say why. The scenario runs once
+(about 40 s, one test) and each `check_` function checks one part of what it recorded.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,10 +151,11 @@ def webhook_got(fleet: Fleet, alertname: str, **labels: str) -> list[dict[str, A
             and all(a["labels"].get(k) == v for k, v in labels.items())]
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+@contextmanager
+def running_fleet(tmp: Path) -> Iterator[Fleet]:
+    """The scenario, from the start of both loops to the SIGKILL of the working one's supervisor; the servers
+    stay up (for queries) until the block ends, then everything is stopped."""
     prometheus_bin, alertmanager_bin = binaries()
-    tmp = tmp_path_factory.mktemp("fleet")
     rules = tmp / RULES.name
     rules.write_text(rules_with_short_for(RULES.read_text()))
     servers: list[Server] = []
@@ -217,7 +220,7 @@ def test_the_rules_loaded_differ_from_the_shipped_file_only_in_their_for_duratio
 # -- alerts end to end ----------------------------------------------------------------------------
 
 
-def test_the_stuck_loop_fires_breaker_open_then_final_stop_in_prometheus(fleet: Fleet):
+def check_the_stuck_loop_fires_breaker_open_then_final_stop_in_prometheus(fleet: Fleet) -> None:
     assert fleet.stuck_code == 2  # the breaker opened for good
     opened = fleet.firing("RalphBreakerOpenTooLong", name="stuck")
     final = fleet.firing("RalphFinalStop", name="stuck")
@@ -231,7 +234,7 @@ def test_the_stuck_loop_fires_breaker_open_then_final_stop_in_prometheus(fleet: 
     assert lingered and lingered[0]["scraped"] is True
 
 
-def test_alertmanager_routes_the_stuck_loops_alerts_to_the_webhook_with_its_name_and_workspace(fleet: Fleet):
+def check_alertmanager_routes_the_stuck_loops_alerts_to_the_webhook_with_its_name_and_workspace(fleet: Fleet) -> None:
     for alertname in ("RalphBreakerOpenTooLong", "RalphFinalStop"):
         got = webhook_got(fleet, alertname, name="stuck", workspace=str(fleet.stuck.workspace))
         assert got, alertname
@@ -241,7 +244,7 @@ def test_alertmanager_routes_the_stuck_loops_alerts_to_the_webhook_with_its_name
     assert resolved and resolved[0]["labels"]["name"] == "stuck"
 
 
-def test_the_working_loop_raises_nothing_until_its_supervisor_is_killed(fleet: Fleet):
+def check_the_working_loop_raises_nothing_until_its_supervisor_is_killed(fleet: Fleet) -> None:
     before_kill = [(at, a) for at, a in fleet.samples if at < fleet.seen["kill"]]
     assert len(before_kill) > 10
     about_working = [a["labels"] for _, a in before_kill if a["labels"].get("name") == "working"
@@ -254,7 +257,7 @@ def test_the_working_loop_raises_nothing_until_its_supervisor_is_killed(fleet: F
     assert names == {"RalphBreakerOpenTooLong", "RalphFinalStop", "RalphSupervisorDown"}
 
 
-def test_a_supervisor_killed_with_sigkill_fires_supervisor_down(fleet: Fleet):
+def check_a_supervisor_killed_with_sigkill_fires_supervisor_down(fleet: Fleet) -> None:
     down = fleet.firing("RalphSupervisorDown", instance=fleet.working.instance)
     assert down and down[0][0] > fleet.seen["kill"]
     assert down[0][1]["labels"]["severity"] == "critical"
@@ -280,7 +283,7 @@ def substituted(expr: str, workspace: str, span_s: float) -> str:
     return expr
 
 
-def test_every_dashboard_query_returns_series_for_the_stuck_loop(fleet: Fleet):
+def check_every_dashboard_query_returns_series_for_the_stuck_loop(fleet: Fleet) -> None:
     at = fleet.last_stuck_scrape  # the last moment both loops were scraped
     span = at - fleet.started
     queries = dashboard_queries()
@@ -295,7 +298,7 @@ def test_every_dashboard_query_returns_series_for_the_stuck_loop(fleet: Fleet):
     assert float(state[0]["value"][1]) == 3  # OPEN (2) and final (1)
 
 
-def test_the_dashboard_shows_the_working_loop_with_no_trips(fleet: Fleet):
+def check_the_dashboard_shows_the_working_loop_with_no_trips(fleet: Fleet) -> None:
     at = fleet.last_stuck_scrape
     span = at - fleet.started
     for title, expr in dashboard_queries():
@@ -309,13 +312,29 @@ def test_the_dashboard_shows_the_working_loop_with_no_trips(fleet: Fleet):
     assert float(iterations[0]["value"][1]) >= 3
 
 
-def test_the_dashboards_loop_variable_lists_both_loops(fleet: Fleet):
+def check_the_dashboards_loop_variable_lists_both_loops(fleet: Fleet) -> None:
     board = json.loads(DASHBOARD.read_text())
     variable = next(v for v in board["templating"]["list"] if v["name"] == "workspace")
     metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable["definition"]).groups()  # type: ignore[union-attr]
     found = get_json(f"{fleet.prometheus.url}/api/v1/label/{label}/values?match[]={metric}"
                      f"&start={fleet.started:.0f}")["data"]
     assert sorted(found) == sorted([str(fleet.working.workspace), str(fleet.stuck.workspace)])
+
+
+# -- the whole scenario, once ---------------------------------------------------------------------
+
+
+def test_the_fleet_for_real_alerts_routed_and_the_dashboard_answered(tmp_path: Path):
+    """One run of the scenario (about 40 s), then each check on what it recorded. One test, not one per check:
+    the suite's workers would each run the scenario again."""
+    with running_fleet(tmp_path) as fleet:
+        check_the_stuck_loop_fires_breaker_open_then_final_stop_in_prometheus(fleet)
+        check_alertmanager_routes_the_stuck_loops_alerts_to_the_webhook_with_its_name_and_workspace(fleet)
+        check_the_working_loop_raises_nothing_until_its_supervisor_is_killed(fleet)
+        check_a_supervisor_killed_with_sigkill_fires_supervisor_down(fleet)
+        check_every_dashboard_query_returns_series_for_the_stuck_loop(fleet)
+        check_the_dashboard_shows_the_working_loop_with_no_trips(fleet)
+        check_the_dashboards_loop_variable_lists_both_loops(fleet)
 
 
 # -- what goes wrong says so ----------------------------------------------------------------------
@@ -340,8 +359,6 @@ def test_a_port_in_use_is_one_clear_line_naming_the_server(tmp_path: Path):
 
 def test_a_scrape_that_times_out_is_named_in_the_target_and_fires_supervisor_down(tmp_path: Path):
     """A target that accepts the connection and never answers (a frozen supervisor): the scrape times out."""
-    import socket
-
     prometheus_bin, _ = binaries()
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
