@@ -270,8 +270,9 @@ class Supervisor:
         try:
             bound = self.metrics.serve(port, self.settings.metrics_host)
             log.info("metrics_listening", host=self.settings.metrics_host, port=bound)
-        except OSError as exc:
-            log.warning("metrics_unavailable", error=str(exc))
+        except OSError as exc:  # supervision goes on without the endpoint; the line names the flag and port
+            log.warning("metrics_unavailable", option="--metrics-port", host=self.settings.metrics_host, port=port,
+                        error=exc.strerror or str(exc))
 
     def _install_signals(self) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build deploy/docker's image and run a loop in it, for real (not part of the test suite: a build takes minutes).
 #   scripts/container-check.sh
+# 0. Installs buildah, podman, debootstrap and runc from Debian's packages where they are missing.
 # 1. Base: the Dockerfile's own FROM when a registry serves it; else a Debian root made here by debootstrap
 #    from Debian's packages (python3, pip, CA certificates, the machine's own CAs too), imported as the base
 #    (buildah build --from). Needs root, buildah, and debootstrap for that fallback.
@@ -74,6 +75,15 @@ base_how="none"
 if [ "$(id -u)" != 0 ]; then
     say "needs root (buildah and podman with the system's storage): nothing built"
     exit 1
+fi
+missing=()
+for tool in buildah podman debootstrap runc; do have "$tool" || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ] && have apt-get; then  # Debian's packages, under the lock the test set-up uses
+    say "installing ${missing[*]} from Debian's packages"
+    if ! flock -w 600 /tmp/.ralph-apt.lock env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$WORK/apt.log" 2>&1; then
+        say "could not install ${missing[*]}: $(tail -1 "$WORK/apt.log")"
+    fi
 fi
 if ! have buildah; then
     say "buildah is not installed (apt-get install buildah podman debootstrap): nothing built"
@@ -162,7 +172,7 @@ fi
 
 # -- 2. the image -------------------------------------------------------------------------------
 t0=$(now)
-if buildah build --quiet "${build_opts[@]}" --from "$from" --network host --layers -f deploy/docker/Dockerfile \
+if buildah build --quiet "${build_opts[@]}" --from "$from" --network host -f deploy/docker/Dockerfile \
         --ignorefile deploy/docker/Dockerfile.dockerignore -t "$IMAGE" . >"$WORK/build.log" 2>&1; then
     size=$(buildah images --format '{{.Size}}' "$IMAGE" | head -1)
     row "image built (\`buildah build\`, deploy/docker/Dockerfile)" "$(elapsed "$t0" "$(now)") s" "builds" "yes"

@@ -39,7 +39,7 @@ from tests.helpers.prometheus_stack import (
     start_webhook,
     targets,
 )
-from tests.helpers.supervise import LOOP, REPO, events, loop_env, start, wait_for
+from tests.helpers.supervise import LOOP, REPO, events, loop_env, run, start, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -377,3 +377,21 @@ def test_a_scrape_that_times_out_is_named_in_the_target_and_fires_supervisor_dow
         prometheus.stop()
         silent.close()
 
+
+
+def test_a_metrics_port_in_use_is_one_warning_naming_the_flag_and_the_loop_runs_on(tmp_path: Path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        result = run(tmp_path, *FAST, "--state-dir", str(tmp_path / "state"), "--metrics-port", str(port), "--",
+                     "sh", "-c", "exit 3")
+    finally:
+        taken.close()
+    assert result.returncode == 3  # the loop ran, and its code came through
+    (warning,) = events(tmp_path / "state", "metrics_unavailable")
+    assert warning["option"] == "--metrics-port" and warning["port"] == port
+    assert "in use" in warning["error"]
+    lines = [line for line in result.stderr.decode().splitlines() if "metrics_unavailable" in line]
+    assert len(lines) == 1 and str(port) in lines[0], result.stderr.decode()[-2000:]
