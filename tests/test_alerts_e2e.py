@@ -4,7 +4,7 @@ to a webhook on 127.0.0.1; the Grafana dashboard's queries run against the same 
 
 Prometheus and Alertmanager are Debian's binaries (tests/helpers/debian_binaries.py, fetched by
 scripts/setup.d/40-prometheus-stack.sh); without them the tests skip and say why. The scenario runs once
-(about 40 s, one test) and each `check_` function checks one part of what it recorded.
+(about 50 s, one test) and each `check_` function checks one part of what it recorded.
 """
 
 from __future__ import annotations
@@ -164,8 +164,9 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
     try:
         working = start_loop(tmp, "working", "progress")
         loops.append(working)
-        # Stuck: opens after 2 calls without progress, paused 15 s, the trial fails too: the 2nd open is final.
-        stuck = start_loop(tmp, "stuck", "stuck", "--no-progress", "2", "--max-opens", "2", "--cooldown", "0.25")
+        # Stuck: opens after 2 calls without progress, paused 24 s (Prometheus may take 10 s to start and discover
+        # its targets under load), the trial fails too: the 2nd open is final.
+        stuck = start_loop(tmp, "stuck", "stuck", "--no-progress", "2", "--max-opens", "2", "--cooldown", "0.4")
         loops.append(stuck)
         alertmanager = start_alertmanager(alertmanager_bin, tmp / "alertmanager", webhook.url)
         servers.append(alertmanager)
@@ -325,7 +326,7 @@ def check_the_dashboards_loop_variable_lists_both_loops(fleet: Fleet) -> None:
 
 
 def test_the_fleet_for_real_alerts_routed_and_the_dashboard_answered(tmp_path: Path):
-    """One run of the scenario (about 40 s), then each check on what it recorded. One test, not one per check:
+    """One run of the scenario (about 50 s), then each check on what it recorded. One test, not one per check:
     the suite's workers would each run the scenario again."""
     with running_fleet(tmp_path) as fleet:
         check_the_stuck_loop_fires_breaker_open_then_final_stop_in_prometheus(fleet)
