@@ -9,12 +9,15 @@ keeps Python's default process metrics out.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
 from prometheus_client import (
@@ -22,7 +25,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     disable_created_metrics,
-    start_http_server,
+    make_wsgi_app,
     write_to_textfile,
 )
 
@@ -35,7 +38,7 @@ log = structlog.get_logger(__name__)
 # reads them (a process-wide switch of prometheus_client; this module is imported only when metrics are on).
 disable_created_metrics()
 
-__all__ = ["BREAKER_STATE_VALUES", "KNOWN_TRIGGERS", "Metrics", "breaker_state_value"]
+__all__ = ["BREAKER_STATE_VALUES", "KNOWN_TRIGGERS", "Metrics", "breaker_state_value", "linger_seconds"]
 
 BREAKER_STATE_VALUES: dict[str, int] = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 
@@ -43,6 +46,24 @@ BREAKER_STATE_VALUES: dict[str, int] = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 KNOWN_TRIGGERS: tuple[str, ...] = TRIGGERS
 BUDGET_KINDS: tuple[str, ...] = ("token", "cost", "daily_token", "daily_cost")
 """The `kind` label of `ralph_supervise_budget`."""
+
+
+LINGER_CAP_SECONDS = 60.0
+"""The longest a final stop keeps /metrics up waiting for one more scrape (scrape intervals above it are rare)."""
+
+
+def linger_seconds(scrapes: Sequence[float], cap: float = LINGER_CAP_SECONDS) -> float:
+    """How long to keep serving after a final stop so that one more scrape sees it: one scrape interval (the
+    last gap between scrapes, `scrapes` being their monotonic times, oldest first) and half of it again for
+    jitter, at most `cap`; 0 when fewer than two scrapes were seen (no scraper to wait for, or no interval
+    to go by).
+    """
+    if len(scrapes) < 2:
+        return 0.0
+    gap = scrapes[-1] - scrapes[-2]
+    if not gap > 0:
+        return 0.0
+    return min(cap, gap * 1.5 + 0.5)
 
 
 def breaker_state_value(state: str) -> int:
@@ -119,6 +140,10 @@ class Metrics:
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._textfile_failed = False
+        self._scrapes: deque[float] = deque(maxlen=4)  # monotonic times of the last scrapes of the endpoint
+        self._scraped = threading.Condition()
+        self._final_of: Callable[[], bool] = lambda: False  # set by follow()
+        self._lingering = True
 
     def _of(self, metric: Counter | Gauge) -> Any:
         return metric.labels(self.workspace, self.name)
@@ -201,7 +226,8 @@ class Metrics:
             return float(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0.0
 
         self._of(self._state).set_function(state)
-        self._of(self._final).set_function(lambda: 1.0 if read("final") is True else 0.0)
+        self._final_of = lambda: read("final") is True
+        self._of(self._final).set_function(lambda: 1.0 if self._final_of() else 0.0)
         self._of(self._iteration).set_function(iteration)
 
     # -- exposition ----------------------------------------------------------------------------
@@ -213,7 +239,16 @@ class Metrics:
         """
         if self._server is not None:
             raise RuntimeError("metrics endpoint already serving")
-        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        app = make_wsgi_app(self.registry)
+
+        def counted(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            return _Sent(app(environ, start_response), self._served)
+
+        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        server_class = type("_MetricsServer", (_ThreadingWSGIServer,), {"address_family": family})
+        server = make_server(host, port, counted, server_class, handler_class=_QuietHandler)
+        thread = threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True)
+        thread.start()
         self._server, self._thread = server, thread
         bound = int(server.server_address[1])
         log.info("metrics_serving", host=host, port=bound)
@@ -242,8 +277,28 @@ class Metrics:
         self._textfile_failed = False
         return True
 
+    def _served(self) -> None:
+        """A response of the endpoint was sent whole: a scrape."""
+        with self._scraped:
+            self._scrapes.append(time.monotonic())
+            self._scraped.notify_all()
+
+    def stop_lingering(self) -> None:
+        """Make `close()` return at once (a signal arrived: nobody waits for a last scrape then)."""
+        with self._scraped:
+            self._lingering = False
+            self._scraped.notify_all()
+
     def close(self) -> None:
-        """Stop the endpoint (if any) and free its port."""
+        """Stop the endpoint (if any) and free its port.
+
+        After a final stop the endpoint first stays up until one more scrape has read it, at most one
+        scrape interval and a half (`linger_seconds`): the supervisor exits right after a final stop, and
+        without this the final state would reach Prometheus only if a scrape happened to fall between the
+        open and the exit (the RalphFinalStop alert would depend on luck).
+        """
+        if self._server is not None and self._final_of():
+            self._linger()
         server, thread = self._server, self._thread
         self._server = self._thread = None
         if server is not None:
@@ -251,3 +306,48 @@ class Metrics:
             server.server_close()
         if thread is not None:
             thread.join(timeout=5.0)
+
+    def _linger(self) -> None:
+        with self._scraped:
+            wait = linger_seconds(self._scrapes)
+            if wait <= 0 or not self._lingering:
+                return
+            seen = self._scrapes[-1]  # linger_seconds > 0: two scrapes at least
+            log.info("metrics_lingering", seconds=round(wait, 2), why="final stop: one more scrape")
+            deadline = time.monotonic() + wait
+            while self._lingering and self._scrapes[-1] == seen:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.info("metrics_linger_ended", scraped=False)
+                    return
+                self._scraped.wait(left)
+            log.info("metrics_linger_ended", scraped=self._scrapes[-1] != seen)
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """One thread per scrape (a slow scraper never holds up another), as prometheus_client's own server."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr (the supervisor's stderr is the user's terminal)."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+class _Sent:
+    """A WSGI response body that calls `done` once the server has sent it all (WSGI calls close() then)."""
+
+    def __init__(self, body: Iterable[bytes], done: Callable[[], None]) -> None:
+        self._body, self._done = body, done
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()
+        self._done()

@@ -274,8 +274,9 @@ class Supervisor:
         try:
             bound = self.metrics.serve(port, self.settings.metrics_host)
             log.info("metrics_listening", host=self.settings.metrics_host, port=bound)
-        except OSError as exc:
-            log.warning("metrics_unavailable", error=str(exc))
+        except OSError as exc:  # supervision goes on without the endpoint; the line names the flag and port
+            log.warning("metrics_unavailable", option="--metrics-port", host=self.settings.metrics_host, port=port,
+                        error=exc.strerror or str(exc))
 
     def _install_signals(self) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -323,7 +324,7 @@ class Supervisor:
         self._save()
         self._write_metrics_textfile(force=True)
         self.notifier.close(0.0 if self.hurry else 2.0)
-        self.metrics.close()
+        await asyncio.to_thread(self.metrics.close)  # after a final stop it waits for one more scrape
         self.sd.stopping()
         self.child_log.close()
         self.records.close()
@@ -411,6 +412,7 @@ class Supervisor:
 
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
+        self.metrics.stop_lingering()  # a signal: no waiting for a last scrape
         code = 128 + signum
         if self._signals == 1:
             log.info("signal_received", signal=signal.Signals(signum).name, action="stop the tree gracefully")
