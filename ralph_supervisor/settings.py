@@ -292,6 +292,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("daily_cost_budget", "--daily-cost-budget", _number(0), 0.0,
            "dollars per UTC day across runs, counted once per call (0 = off)",
            ("RALPH_SUPERVISE_DAILY_COST_BUDGET",), metavar="USD"),
+    Option("limit_wait", "--limit-wait", _choice("on", "off"), "on",
+           "freeze the tree while an agent's usage limit lasts (off: the loop waits it out itself, as Ralph can)",
+           ("RALPH_SUPERVISE_LIMIT_WAIT",), metavar="on|off"),
     Option("limit_wait_margin", "--limit-wait-margin", _number(0), 60.0,
            "after a usage limit with a known reset time, keep the tree frozen this much longer",
            ("RALPH_SUPERVISE_LIMIT_WAIT_MARGIN",), metavar="SECONDS"),
@@ -384,6 +387,7 @@ class Settings:
     grace: float = _default("grace")
     cost_budget: float = _default("cost_budget")
     daily_cost_budget: float = _default("daily_cost_budget")
+    limit_wait: str = _default("limit_wait")
     limit_wait_margin: float = _default("limit_wait_margin")
     destructive_files: int = _default("destructive_files")
     destructive_share: float = _default("destructive_share")

@@ -89,7 +89,7 @@ from ralph_supervisor.process.orphans import (
     sweep_orphans,
 )
 from ralph_supervisor.process.reaper import Reaper
-from ralph_supervisor.process.spawn import spawn
+from ralph_supervisor.process.spawn import loop_stdin, spawn
 from ralph_supervisor.process.tree import ProcessTree, member_of, walk
 from ralph_supervisor.records import Records, Warnings
 from ralph_supervisor.registry import register_supervisor
@@ -362,7 +362,7 @@ class Supervisor:
         settings = self.settings
         self.calls.release()  # a restart after a stop: its calls may run
         try:
-            popen = spawn(list(settings.command), settings.workspace, self._child_env)
+            popen = spawn(list(settings.command), settings.workspace, self._child_env, loop_stdin())
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -547,7 +547,10 @@ class Supervisor:
         else:
             self._save()
         wait = self.limits.observe(limited=report.usage_limited, resets_at=report.limit_resets_at, now=now)
-        if wait is not None:
+        if wait is not None and self.settings.limit_wait == "off":
+            self.warnings.once("limit_wait_off", event_name="limit_wait_skipped", iteration=report.number,
+                               detail="a usage limit: --limit-wait off leaves the wait to the loop (counted toward no rule)")
+        elif wait is not None:
             await self._begin_limit_wait(wait, report.number)
 
     def _say_what_cannot_be_judged(self, report: IterationReport) -> None:

@@ -135,6 +135,21 @@ def test_a_usage_limit_freezes_the_tree_until_it_resets_and_resume_ends_the_wait
     assert (workspace / "step2.txt").exists()
 
 
+def test_with_limit_wait_off_the_loop_waits_out_a_usage_limit_itself(tmp_path: Path) -> None:
+    """Ralph has its own limit handling (a prompt, or a 60-minute wait): `--limit-wait off` leaves it to the
+    loop. The tree is not frozen, the limited call counts toward no rule, and it is said once."""
+    workspace, loop = agent_loop(tmp_path, (
+        'if [ "$N" -le 2 ]; then echo "Claude AI usage limit reached|$(( $(date +%s) + 3600 ))"; exit 1; fi\n'
+        f"printf '{RESULT}\\n' \"implemented step $N\"\n"
+        'echo "step $N" > "step$N.txt"\n'), calls=3)
+    code, state_dir = supervise(workspace, loop, "--limit-wait", "off", "--max-failures", "2")
+    assert code == 0, "the loop ran its three calls to the end"
+    assert history(state_dir) == [], "limited calls are no failures"
+    assert events(state_dir, "limit_wait_started") == [] and events(state_dir, "tree_paused") == []
+    assert [e["iteration"] for e in events(state_dir, "limit_wait_skipped")] == [1]
+    assert (workspace / "step3.txt").exists()
+
+
 def test_dollar_budgets_stop_the_run_and_the_daily_one_spans_runs(tmp_path: Path) -> None:
     workspace, loop = agent_loop(tmp_path, (
         'echo "step $N $$" > "step$N.txt"\n'

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO
 from tests.helpers.trees import HELPERS, wait_for
 from ralph_supervisor.process.linux import read_stat
 from ralph_supervisor.process.spawn import spawn
@@ -78,3 +79,21 @@ def test_the_child_dies_with_its_supervisor(tmp_path: Path) -> None:
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait()
+
+
+def test_the_loop_reads_a_piped_standard_input_but_never_a_terminal(tmp_path: Path) -> None:
+    """`printf '2' | ralph-supervise -- loop` answers the loop's own prompt; a terminal stays the supervisor's."""
+    import pty
+
+    script = "from ralph_supervisor.process.spawn import loop_stdin; import subprocess; print(loop_stdin() == subprocess.DEVNULL)"
+    piped = subprocess.run([sys.executable, "-c", script], input=b"2", capture_output=True, cwd=REPO)
+    assert piped.stdout.strip() == b"False"
+    closed = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, cwd=REPO)
+    assert closed.stdout.strip() == b"False", "/dev/null is a file: passed on as it is"
+    leader, follower = pty.openpty()
+    try:
+        tty = subprocess.run([sys.executable, "-c", script], stdin=follower, capture_output=True, cwd=REPO)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert tty.stdout.strip() == b"True"

@@ -32,8 +32,21 @@ ORPHANED_EXIT = 125
 """Exit status of a child whose supervisor died before the parent-death signal was armed."""
 
 
-def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start argv in cwd as a new session leader, stdout and stderr on two pipes, dying with us.
+def loop_stdin() -> int:
+    """What the loop reads: our standard input when it is a pipe or a file (`printf '2' | ralph-supervise …`
+    answers the loop's own prompt), else nothing (a terminal stays ours: the loop runs in a session of its
+    own, with no terminal to read)."""
+    try:
+        os.fstat(0)
+    except OSError:
+        return subprocess.DEVNULL
+    return subprocess.DEVNULL if os.isatty(0) else 0
+
+
+def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+          stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start argv in cwd as a new session leader, stdout and stderr on two pipes, dying with us
+    (`stdin`: a file descriptor, or subprocess.DEVNULL).
 
     FileNotFoundError / PermissionError / NotADirectoryError from exec propagate unchanged.
     The Reaper, not Popen.wait(), collects the exit status (see Reaper.adopt).
@@ -56,7 +69,7 @@ def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subp
         argv,
         cwd=str(cwd),
         env=env,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
