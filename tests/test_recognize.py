@@ -136,3 +136,33 @@ def test_knowledge_is_built_once_per_set_of_names() -> None:
     from ralph_supervisor.agents import ADAPTERS
 
     assert known(AGENT_NAMES, ADAPTERS.values()) is known(AGENT_NAMES, ADAPTERS.values())
+
+
+def test_a_symlinked_script_names_its_agent_through_the_real_process(tmp_path) -> None:
+    """A real `python3` running a symlink to an agent package's script: /proc tells where the link points."""
+    import os
+    import subprocess
+    import sys
+
+    from ralph_supervisor.evidence.calls import resolved_paths
+
+    cli = tmp_path / "node_modules" / "@anthropic-ai" / "claude-code" / "cli.py"
+    cli.parent.mkdir(parents=True)
+    cli.write_text("import time; time.sleep(30)\n")
+    link = tmp_path / "cc"
+    link.symlink_to(cli)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # a symlink loop resolves to itself, never hangs
+    proc = subprocess.Popen([sys.executable, "cc", "-p", "go"], cwd=tmp_path)
+    try:
+        cmdline = (sys.executable, "cc", "-p", "go")
+        exe, script = resolved_paths(proc.pid, cmdline)
+        assert script == str(cli.resolve()) and os.path.basename(exe).startswith("python")
+        found = recognise("python3", cmdline, AGENT_NAMES, exe=exe, script=script)
+        assert found is not None and found.agent == "claude"
+        assert resolved_paths(proc.pid, (sys.executable, str(loop))) [1] == str(loop)
+        assert resolved_paths(proc.pid, ("bash", "-c", "claude -p x")) == ("", "")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert resolved_paths(proc.pid, cmdline) == ("", ""), "a process gone mid-read is no call"

@@ -33,7 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3", "pypy3", "sh", "bash", "dash", "zsh"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
+INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3", "pypy3"}) | SHELLS
 """Programs whose first operand is the script they run (a shell counts: `#!/bin/sh` agents run as `sh PATH`)."""
 NOT_A_CALL_FLAGS = frozenset({"--version", "-v", "-V", "--help", "-h"})
 RUNNERS = frozenset({"npx", "bunx", "pnpx", "uvx", "pipx"})
@@ -170,6 +171,15 @@ def name_matches(name: str, cmdline: Sequence[str], names: Iterable[str]) -> boo
     if is_interpreter(first) and len(cmdline) > 1:
         return os.path.basename(cmdline[1]) in wanted or stem(cmdline[1]) in wanted
     return False
+
+
+def script_operand(cmdline: Sequence[str]) -> str | None:
+    """The script an interpreter runs (`node --no-warnings /x/cli.js -p` -> `/x/cli.js`), or None. Pure."""
+    if not cmdline or not is_interpreter(stem(cmdline[0])):
+        return None
+    start = 2 if stem(cmdline[0]) == "deno" and len(cmdline) > 1 and cmdline[1] == "run" else 1
+    i = _operand(cmdline, start, INTERPRETER_VALUED)
+    return cmdline[i] if i is not None else None
 
 
 def _package_agent(path: str, k: Known) -> str | None:

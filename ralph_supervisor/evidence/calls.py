@@ -50,7 +50,7 @@ from typing import Any
 import structlog
 
 from ralph_supervisor.agents import ADAPTERS
-from ralph_supervisor.agents.recognize import Known, Recognised, is_interpreter, known, recognise, stem
+from ralph_supervisor.agents.recognize import SHELLS, Known, Recognised, known, recognise, script_operand, stem
 from ralph_supervisor.agents.reply_end import reply_ends_in
 from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report
 from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read_notice
@@ -778,20 +778,17 @@ def read_cmdline(pid: int) -> tuple[str, ...]:
 
 
 def resolved_paths(pid: int, cmdline: Sequence[str]) -> tuple[str, str]:
-    """The executable a process runs and, for an interpreter, its script, with symlinks resolved (a symlink
-    loop resolves to itself); "" where the process is gone or there is no script."""
+    """For an interpreter (not a shell: its scripts are the loop's own), the executable it runs and its
+    script with symlinks resolved (a symlink loop resolves to itself): ("", "") for anything else, or when
+    the process is gone. Read only when the command line alone names no agent."""
+    operand = script_operand(cmdline)
+    if operand is None or stem(cmdline[0]) in SHELLS:
+        return "", ""
     try:
         exe = os.path.realpath(os.readlink(f"/proc/{pid}/exe"))
+        script = os.path.realpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), operand))
     except OSError:
-        exe = ""
-    script = ""
-    if cmdline and is_interpreter(stem(cmdline[0])):
-        operand = next((arg for arg in cmdline[1:4] if not arg.startswith("-")), "")
-        if operand:
-            try:
-                script = os.path.realpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), operand))
-            except OSError:
-                script = ""
+        return "", ""
     return exe, script
 
 
