@@ -62,8 +62,11 @@ class SnapshotKeeper:
     """Takes the workspace's snapshots and watches each iteration for destruction."""
 
     def __init__(self, settings: Settings, *, on_destruction: Callable[[str], None],
-                 metrics: Callable[[], Any] = lambda: None) -> None:
+                 metrics: Callable[[], Any] = lambda: None,
+                 on_snapshot: Callable[[SnapshotInfo], None] = lambda info: None) -> None:
         self.settings = settings
+        self.on_snapshot = on_snapshot
+        """Called on the keeper's thread with every snapshot taken (the verify's feed)."""
         self.workspace = settings.workspace
         self._on_destruction = on_destruction
         self._metrics = metrics
@@ -308,6 +311,7 @@ class SnapshotKeeper:
         if info.moved:
             log.info("snapshot_files_moved", iteration=iteration, paths=list(info.moved[:20]))
         self._keep_to_budget(store)
+        self.on_snapshot(info)
 
     def _keep_to_budget(self, store: SnapshotStore) -> None:
         budget = self.settings.snapshot_budget

@@ -191,9 +191,9 @@ def test_skipping_a_test_that_was_failing_fires_and_quotes_the_line() -> None:
     verdict = judge(SKIP_SUB, run(2, 1, test_sub=FAILED), run(2, 0, 1))
     assert verdict is not None
     assert "test_sub" in verdict.why
-    reason = verdict.reason(iteration=7, restore_from=6)
+    reason = verdict.reason(iteration=7, restore_from=6, restore="ralph-supervise restore 6 -w /ws")
     assert "iteration 7" in reason and "test_calc.py:8 skip marker added: `@pytest.mark.skip`" in reason
-    assert "snapshot of iteration 6" in reason
+    assert "the snapshot of iteration 6 holds the tests before: `ralph-supervise restore 6 -w /ws`" in reason
 
 
 def test_skipping_a_passing_test_fires_when_the_passing_count_did_not_rise() -> None:

@@ -36,8 +36,10 @@ SKIP_ADDED = "skip-added"
 CONFIG_NARROWED = "config-narrowed"
 FEWER_RUN = "fewer-tests-run"
 
-QUOTE_MAX = 160
+QUOTE_MAX = 80
 """A quoted line is cut to this many characters."""
+REASON_FIT = 300
+"""The breaker keeps reasons this long: the restore command is left out of one it would not fit."""
 FINDINGS_MAX = 200
 """Findings kept from one diff (a reason quotes only the first few)."""
 
@@ -264,15 +266,20 @@ def _test_file_changes(path: str, old: str, new: str, old_tests: Sequence[_Test]
             if pattern.search(line):
                 findings.append(Finding(SKIP_ADDED, path, number, _quote(line), _test_at(number, starts, by_line)))
                 break
-    here = {t.name: t for t in new_tests}
+    here: dict[str, list[_Test]] = {}
+    for test in new_tests:
+        here.setdefault(test.name, []).append(test)
+    seen: Counter[str] = Counter()
     for test in old_tests:
         if not new_names[test.name]:
             findings.append(Finding(REMOVED_TEST, path, test.line, "", test.name))
             continue
-        kept = here.get(test.name)
-        if kept is None:
+        same = here.get(test.name, [])
+        index = seen[test.name]
+        seen[test.name] += 1
+        if index >= len(same):
             continue  # moved to another file
-        findings += _assertion_changes(path, test, kept)
+        findings += _assertion_changes(path, test, same[index])
     return findings
 
 
@@ -407,11 +414,16 @@ class Tampering:
     findings: tuple[Finding, ...]
     why: str
 
-    def reason(self, iteration: int, restore_from: int | None, limit: int = 5) -> str:
+    def reason(self, iteration: int, restore_from: int | None, restore: str | None = None, limit: int = 2) -> str:
+        """One line: what made it count, the lines quoted, then the snapshot to restore (and the command)."""
         quoted = "; ".join(f.describe() for f in self.findings[:limit])
         more = f" (+{len(self.findings) - limit} more)" if len(self.findings) > limit else ""
-        restore = f"; restore the tests from snapshot of iteration {restore_from}" if restore_from is not None else ""
-        return f"iteration {iteration} weakened the tests instead of the code ({self.why}): {quoted}{more}{restore}"
+        where = command = ""
+        if restore_from is not None:
+            where = f"; the snapshot of iteration {restore_from} holds the tests before"
+            command = f": `{restore}`" if restore else ""
+        text = f"iteration {iteration} weakened the tests instead of the code ({self.why}): {quoted}{more}{where}"
+        return text + command if len(text + command) <= REASON_FIT else text
 
 
 def _matches(test: str, result_name: str) -> bool:
@@ -440,7 +452,7 @@ def judge(findings: Iterable[Finding], before: TestResults | None, after: TestRe
         failing = [name for name, outcome in before.tests.items() if outcome in (FAILED, ERROR)]
         weakened_failing = sorted({f.test for f in found if f.test and any(_matches(f.test, n) for n in failing)})
         if weakened_failing:
-            return Tampering(tuple(found), "weakened tests that were failing: " + ", ".join(weakened_failing[:5]))
+            return Tampering(tuple(found), "tests that were failing: " + ", ".join(weakened_failing[:5]))
     if before is None or after is None:
         return None
     if not (before.counted and after.counted):
