@@ -136,7 +136,7 @@ def test_skipping_the_failing_tests_and_saying_all_pass_is_tampering_and_false_c
     ws = project(tmp_path, CALC_GOOD.replace("return a * b", "return None").replace("return a - b", "return None"))
     skip = replace_in("test_calc.py", "def test_sub", "import pytest\n\n\n@pytest.mark.skip(reason='flaky')\ndef test_sub")
     skip += replace_in("test_calc.py", "def test_mul", "@pytest.mark.skip(reason='flaky')\ndef test_mul")
-    env = loop_env(calls(tmp_path, {1: skip}, done=(1,)), 4)
+    env = loop_env(calls(tmp_path, {1: skip}, done=(1,)), 100)  # the loop runs on until the breaker pauses it
     proc = start(ws, *FAST, "--verify", PYTEST, "--", str(LOOP), env=env)
     state = ws / ".ralph-supervise"
     try:
@@ -158,6 +158,22 @@ def test_skipping_the_failing_tests_and_saying_all_pass_is_tampering_and_false_c
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     assert proc.returncode == 143
+
+
+def test_a_loop_that_ends_saying_done_while_its_tests_fail_exits_2_after_its_last_verify(tmp_path: Path) -> None:
+    ws = project(tmp_path, CALC_BROKEN)
+    fix_one = replace_in("calc.py", "def add(a, b):\n    return None", "def add(a, b):\n    return a + b")
+    env = loop_env(calls(tmp_path, {1: fix_one}, done=(1,)), 1)  # one call, then the loop exits 0 by itself
+    done = run(ws, *FAST, "--verify", PYTEST, "--", str(LOOP), env=env, timeout=120)
+    state = ws / ".ralph-supervise"
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    exited = events(state, "child_exited")
+    assert exited and exited[0]["code"] == 0
+    verdicts = events(state, "verify_verdict")
+    assert [v["trigger"] for v in verdicts] == ["false-completion"]
+    assert "said the work is done at iteration 1, but its verify fails (2 failed, 0 errors, 1 passed" in verdicts[0]["reason"]
+    assert "test_calc::test_mul" in verdicts[0]["reason"] and "test_calc::test_sub" in verdicts[0]["reason"]
+    assert [line["iteration"] for line in verifies(state)] == [0, 1]  # the last iteration's verify was waited for
 
 
 def test_a_hanging_verify_is_ended_at_its_timeout_as_unverified_and_never_trips(tmp_path: Path) -> None:
