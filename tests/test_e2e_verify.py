@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.fault_procs import cli, status
 from tests.helpers.supervise import LOOP, events, history, run, start, wait_for
 
 pytestmark = pytest.mark.slow
@@ -108,6 +109,10 @@ def test_an_agent_that_fixes_tests_one_by_one_is_verified_as_progress_and_never_
     kept = (state / "verify-output.log").read_text()
     assert kept.startswith("# verify of iteration 3") and "3 passed" in kept  # the last verify's output, for a human
     assert not (ws / ".pytest_cache").exists() and not (ws / "junit.xml").exists(), "the verify never ran in the workspace"
+    shown = status(ws)["verify"]
+    assert (shown["iteration"], shown["passed"], shown["failed"], shown["skipped"]) == (3, 3, 0, 0) and shown["at"]
+    text = cli(ws, "status").stdout
+    assert "Last verify:    iteration 3: 3 passed, 0 failed, 0 errors, 0 skipped" in text
 
 
 def test_two_working_tests_broken_for_two_verified_iterations_open_as_a_regression(tmp_path: Path) -> None:
@@ -152,6 +157,8 @@ def test_skipping_the_failing_tests_and_saying_all_pass_is_tampering_and_false_c
         time.sleep(1.0)  # tampering waits for a human: no cooldown ends it
         assert [row["to"] for row in history(state)][-1] == "OPEN"
         assert json.loads((state / "state.json").read_text())["trigger"] == "tampering"
+        live = status(ws)["verify"]  # from the running supervisor
+        assert live["iteration"] >= 1 and live["skipped"] == 2 and live["failed"] == 0
         escalation = (state / "escalation.md").read_text()
         assert "skip marker added" in escalation
     finally:

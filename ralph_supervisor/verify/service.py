@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from ralph_supervisor import store as state_files
+from ralph_supervisor.files import verify_jsonl
 from ralph_supervisor.snapshots import SnapshotInfo, SnapshotStore, restore_command
 from ralph_supervisor.verify.judgement import FALSE_COMPLETION, Judged, VerifyJudge, says_done
 from ralph_supervisor.verify.runner import Verifier, VerifyPlan, VerifyRun
@@ -88,15 +88,7 @@ class VerifyService:
     def status(self) -> dict[str, Any] | None:
         """The `verify` part of `status --json`: the last verify."""
         run = self.verifier.last
-        if run is None:
-            return None
-        r = run.results
-        return {
-            "iteration": run.iteration, "passed": r.passed if r else None, "failed": r.failed if r else None,
-            "errors": r.errors if r else None, "skipped": r.skipped if r else None,
-            "at": state_files.iso_utc(run.started + run.seconds), "unverified": run.unverified,
-            "running": self.verifier.busy(),
-        }
+        return verify_jsonl.status_of(run.line() if run else None, running=self.verifier.busy())
 
     def finish(self, code: int, keeper_idle: Callable[[float], bool]) -> int:
         """The child exited: wait (at most --verify-timeout) for its last snapshot and the verifies pending."""
