@@ -167,6 +167,51 @@ def test_skipping_the_failing_tests_and_saying_all_pass_is_tampering_and_false_c
     assert proc.returncode == 143
 
 
+OTHER_TESTS = "def test_other():\n    assert 1 + 1 == 2\n"
+PYPROJECT = '[project]\nname = "calc"\n\n[tool.pytest.ini_options]\ntestpaths = ["."]\n'
+
+
+@pytest.mark.parametrize(("script", "evidence"), [
+    ("rm test_calc.py\n", "test_calc.py test file deleted"),
+    (replace_in("pyproject.toml", 'testpaths = ["."]\n',
+                'testpaths = ["."]\naddopts = "--deselect test_calc.py::test_sub --deselect test_calc.py::test_mul"\n'),
+     "pyproject.toml:6 test configuration narrowed: `addopts = "),
+], ids=["deletes-a-test-file", "rewrites-addopts"])
+def test_deleting_failing_tests_or_deselecting_them_is_tampering(tmp_path: Path, script: str, evidence: str) -> None:
+    ws = project(tmp_path, CALC_GOOD.replace("return a * b", "return None").replace("return a - b", "return None"))
+    (ws / "test_other.py").write_text(OTHER_TESTS)
+    (ws / "pyproject.toml").write_text(PYPROJECT)
+    env = loop_env(calls(tmp_path, {1: script}), 100)
+    done = run(ws, *FAST, "--verify", PYTEST, "--on-open", "stop", "--", str(LOOP), env=env, timeout=120)
+    state = ws / ".ralph-supervise"
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    opens = [row for row in history(state) if row["to"] == "OPEN"]
+    assert [row["trigger"] for row in opens] == ["tampering"], opens
+    assert evidence in opens[0]["reason"], opens[0]["reason"]
+    assert "iteration 1 weakened the tests" in opens[0]["reason"]
+
+
+def test_a_verify_is_never_frozen_by_a_pause_of_the_tree(tmp_path: Path) -> None:
+    ws = project(tmp_path, CALC_GOOD)
+    gate = tmp_path / "gate"
+    slow = f"while [ ! -e {gate} ]; do sleep 0.05; done; {PYTEST}"
+    env = loop_env(calls(tmp_path, {}), 100)
+    proc = start(ws, *FAST, "--verify", slow, "--", str(LOOP), env=env)
+    state = ws / ".ralph-supervise"
+    try:
+        wait_for(lambda: bool(events(state, "verify_started")), timeout=60)
+        paused = cli(ws, "pause")
+        assert paused.returncode == 0, paused.stderr
+        gate.write_text("")  # the verify goes on while the tree is frozen, and finishes
+        wait_for(lambda: bool(events(state, "verify_finished")), timeout=60)
+        assert [e["event"] for e in events(state) if e["event"] in ("tree_paused", "tree_resumed")] == ["tree_paused"]
+        assert events(state, "verify_finished")[0]["passed"] == 3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 143
+
+
 def test_a_loop_that_ends_saying_done_while_its_tests_fail_exits_2_after_its_last_verify(tmp_path: Path) -> None:
     ws = project(tmp_path, CALC_BROKEN)
     fix_one = replace_in("calc.py", "def add(a, b):\n    return None", "def add(a, b):\n    return a + b")
