@@ -707,6 +707,9 @@ class Supervisor:
 
     def _verified(self, judged: Judged, run: VerifyRun) -> None:
         """A verify's verdicts, after its iteration was judged: they may open, never undo an open."""
+        r = run.results if run.verified else None
+        self.metrics.verified(seconds=run.seconds, counts=None if r is None else {
+            "passed": r.passed, "failed": r.failed, "errors": r.errors, "skipped": r.skipped})
         if judged.progress:
             self.breaker.verified_progress()
         tripping = [v for v in judged.verdicts if v.trip]
