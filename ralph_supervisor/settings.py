@@ -316,6 +316,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("regression", "--regression", _int(0), 2,
            "open when a test that passed earlier fails in N verified iterations in a row (0 = off)",
            ("RALPH_SUPERVISE_REGRESSION",), metavar="N"),
+    Option("no_verified_progress", "--no-verified-progress", _int(0), 0,
+           "with --verify: open (no-progress) after N verifies in a row of changed iterations that made no failing "
+           "test pass and no new test pass (0 = off)", ("RALPH_SUPERVISE_NO_VERIFIED_PROGRESS",), metavar="N"),
     Option("tampering", "--tampering", _choice("trip", "warn", "off"), "trip",
            "an iteration that weakened the tests instead of the code: open and wait for a human, or only warn",
            ("RALPH_SUPERVISE_TAMPERING",), metavar="trip|warn|off"),
@@ -400,6 +403,7 @@ class Settings:
     verify: str | None = _default("verify")
     verify_timeout: float = _default("verify_timeout")
     regression: int = _default("regression")
+    no_verified_progress: int = _default("no_verified_progress")
     tampering: str = _default("tampering")
     false_completion: str = _default("false_completion")
     agent: str = _default("agent")

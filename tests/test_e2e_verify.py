@@ -212,6 +212,19 @@ def test_a_verify_is_never_frozen_by_a_pause_of_the_tree(tmp_path: Path) -> None
     assert proc.returncode == 143
 
 
+def test_an_agent_that_only_touches_comments_makes_no_verified_progress_when_that_is_asked(tmp_path: Path) -> None:
+    ws = project(tmp_path, CALC_BROKEN)
+    touch = {n: f"echo '# pass {n}' >> calc.py\n" for n in range(1, 20)}
+    env = loop_env(calls(tmp_path, touch), 19)
+    done = run(ws, *FAST, "--verify", PYTEST, "--no-verified-progress", "2", "--on-open", "stop", "--", str(LOOP),
+               env=env, timeout=120)
+    state = ws / ".ralph-supervise"
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    opens = [row for row in history(state) if row["to"] == "OPEN"]
+    assert [row["trigger"] for row in opens] == ["no-progress"], opens
+    assert "verified iteration(s) in a row" in opens[0]["reason"] and "made no failing test pass" in opens[0]["reason"]
+
+
 def test_a_loop_that_ends_saying_done_while_its_tests_fail_exits_2_after_its_last_verify(tmp_path: Path) -> None:
     ws = project(tmp_path, CALC_BROKEN)
     fix_one = replace_in("calc.py", "def add(a, b):\n    return None", "def add(a, b):\n    return a + b")

@@ -241,7 +241,7 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.sampled_from(["pytest -q", "npm test", ""]).map(lambda v: (v, v or None))
         case "verify_timeout":
             return st.floats(1e-3, 1e6).map(lambda v: (v, v)) | st.integers(1, 10**6).map(lambda v: (v, float(v)))
-        case "regression":
+        case "regression" | "no_verified_progress":
             return same(st.integers(0, 1000))
         case "tampering":
             return st.sampled_from(["trip", "warn", "off", "WARN"]).map(lambda v: (v, v.lower()))

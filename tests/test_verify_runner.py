@@ -289,6 +289,22 @@ def test_tampering_trips_warns_or_is_off_and_an_unverified_run_judges_nothing() 
     assert VerifyJudge().judge(unverified, True).verdicts == () and not unverified.failed
 
 
+def test_changed_iterations_that_fix_nothing_are_no_progress_after_n_verifies_when_asked() -> None:
+    judge = VerifyJudge(no_verified_progress=2)
+    failing = results(a=PASSED, b=FAILED)
+    assert judge.judge(verify_run(0, failing), False).verdicts == ()  # the baseline counts for nothing
+    assert judge.judge(verify_run(1, failing, failing), False).verdicts == ()
+    second = judge.judge(verify_run(2, failing, failing), False)
+    assert [v.trigger for v in second.verdicts] == ["no-progress"]
+    assert "2 verified iteration(s) in a row (1-2) changed files but made no failing test pass" in second.verdicts[0].reason
+    fixed = judge.judge(verify_run(3, results(a=PASSED, b=PASSED), failing), False)
+    assert fixed.verdicts == () and fixed.progress
+    assert judge.judge(verify_run(4, results(a=PASSED, b=PASSED, c=PASSED), results(a=PASSED, b=PASSED)), False).verdicts == ()
+    off = VerifyJudge()
+    for n in range(5):
+        assert off.judge(verify_run(n, failing, failing if n else None), False).verdicts == ()
+
+
 def test_pure_helpers_of_the_runner() -> None:
     before, after = results(a=PASSED, b=FAILED, c=PASSED), results(a=FAILED, b=PASSED, c=PASSED)
     assert changes(before, after) == (("b",), ("a",))

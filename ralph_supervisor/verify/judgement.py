@@ -11,7 +11,8 @@ number of tests, not of iterations. Pure: no I/O, no clock.
 - `tampering`: the iteration weakened the tests (tampering.py decides when that counts).
 - `false-completion`: the agent said the work is done while that iteration's verify failed (or passed
   only because the tests were weakened).
-- progress: a verify that made a failing test pass.
+- progress: a verify that made a failing test pass; `no-progress` (with `no_verified_progress` N) after N
+  verifies in a row of changed iterations that made no failing test pass and no new test pass.
 
 A verify that proves nothing (unverified) gives no verdict and changes no history.
 """
@@ -22,10 +23,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ralph_supervisor.triggers import rank
 from ralph_supervisor.verify.results import ERROR, FAILED, PASSED
 from ralph_supervisor.verify.runner import VerifyRun
 from ralph_supervisor.verify.tampering import judge as judge_tampering
 
+NO_PROGRESS = "no-progress"
 REGRESSION = "regression"
 TAMPERING = "tampering"
 FALSE_COMPLETION = "false-completion"
@@ -80,8 +83,11 @@ class VerifyJudge:
     """The per-test history and the three verdicts. `regression` 0 and the modes turn their rule off."""
 
     def __init__(self, *, regression: int = 2, tampering: str = "trip", false_completion: bool = True,
-                 restore_command: Callable[[int], str] | None = None) -> None:
+                 no_verified_progress: int = 0, restore_command: Callable[[int], str] | None = None) -> None:
         self.restore_command = restore_command
+        self.no_verified_progress = no_verified_progress
+        self._without_gain: list[int] = []
+        """The verifies in a row (their iterations) that made no failing test pass and no new test pass."""
         self.regression = regression
         self.tampering = tampering
         self.false_completion = false_completion
@@ -129,7 +135,24 @@ class VerifyJudge:
             verdicts.append(Verdict(FALSE_COMPLETION, f"the agent said the work is done at {_covered(run)}, but {why}"))
 
         progress = bool(run.fixed) and tampered is None
+        gained = progress or self._gained(run)
+        if run.previous_results is not None:
+            self._without_gain = [] if gained else [*self._without_gain, run.iteration]
+            if self.no_verified_progress > 0 and len(self._without_gain) == self.no_verified_progress:
+                first, last = self._without_gain[0], self._without_gain[-1]
+                verdicts.append(Verdict(NO_PROGRESS, (
+                    f"{self.no_verified_progress} verified iteration(s) in a row ({first}-{last}) changed files but "
+                    f"made no failing test pass ({results.passed} passed, {results.failed + results.errors} failing)")))
+        verdicts.sort(key=lambda v: rank(v.trigger))
         return Judged(tuple(verdicts), progress, run.fixed, tuple(broke_now))
+
+    @staticmethod
+    def _gained(run: VerifyRun) -> bool:
+        """More tests pass, or fewer fail, than at the last verified snapshot."""
+        before, after = run.previous_results, run.results
+        if before is None or after is None:
+            return False
+        return after.passed > before.passed or (after.failed + after.errors) < (before.failed + before.errors)
 
     def _record(self, run: VerifyRun) -> list[str]:
         """Update the history with a verified run; the tests it broke (passed before, fail now)."""

@@ -40,6 +40,7 @@ class VerifyService:
         self.false_completion = False
         self.judge = VerifyJudge(regression=settings.regression, tampering=settings.tampering,
                                  false_completion=settings.false_completion == "on",
+                                 no_verified_progress=settings.no_verified_progress,
                                  restore_command=lambda iteration: restore_command(iteration, settings.workspace))
         self.verifier = Verifier(VerifyPlan.of(settings), store, on_finished=self._finished,
                                  rerun_broken=settings.regression > 0)
