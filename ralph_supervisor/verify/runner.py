@@ -256,7 +256,10 @@ class Verifier:
         with self._lock:
             if self._closing:
                 return
-            covers = list(range(self._last_covered + 1, info.iteration + 1)) or [info.iteration]
+            if info.kind == "start":  # the state the run began in (after a restart, not iterations 1..N again)
+                covers = [info.iteration]
+            else:
+                covers = list(range(self._last_covered + 1, info.iteration + 1)) or [info.iteration]
             self._last_covered = max(self._last_covered, info.iteration)
             job = _Job(info, covers)
             if self._waiting is not None:
