@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -223,6 +224,37 @@ def test_an_agent_that_only_touches_comments_makes_no_verified_progress_when_tha
     opens = [row for row in history(state) if row["to"] == "OPEN"]
     assert [row["trigger"] for row in opens] == ["no-progress"], opens
     assert "verified iteration(s) in a row" in opens[0]["reason"] and "made no failing test pass" in opens[0]["reason"]
+
+
+NODE_TESTS = """\
+const test = require('node:test');
+const assert = require('node:assert');
+const { add, sub } = require('./calc');
+
+test('adds', () => { assert.strictEqual(add(1, 2), 3); });
+test('subs', () => { assert.strictEqual(sub(3, 1), 2); });
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")), reason="node and npm are not installed")
+def test_a_node_project_verified_with_npm_test_catches_a_test_skipped_to_pass(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "package.json").write_text('{"name": "calc", "version": "1.0.0", "scripts": {"test": "node --test"}}\n')
+    (ws / "calc.js").write_text("module.exports = { add: (a, b) => a + b, sub: (a, b) => a + b };\n")
+    (ws / "calc.test.js").write_text(NODE_TESTS)
+    skip = replace_in("calc.test.js", "test('subs', () =>", "test.skip('subs', () =>")
+    env = loop_env(calls(tmp_path, {1: skip}, done=(1,)), 100)
+    done = run(ws, *FAST, "--verify", "auto", "--on-open", "stop", "--", str(LOOP), env=env, timeout=120)
+    state = ws / ".ralph-supervise"
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    picked = events(state, "verify_command")[0]
+    assert picked["command"] == "npm test" and "package.json's test script is 'node --test'" in picked["source"]
+    lines = verifies(state)
+    assert (lines[0]["runner"], lines[0]["passed"], lines[0]["failed"]) == ("node", 1, 1), lines
+    opens = [row for row in history(state) if row["to"] == "OPEN"]
+    assert [row["trigger"] for row in opens] == ["tampering"], opens
+    assert "calc.test.js:6 skip marker added: `test.skip('subs'" in opens[0]["reason"]
 
 
 def test_a_loop_that_ends_saying_done_while_its_tests_fail_exits_2_after_its_last_verify(tmp_path: Path) -> None:

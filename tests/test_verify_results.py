@@ -56,6 +56,8 @@ def counts(r: TestResults) -> tuple[str, int, int, int, int]:
         ("mocha_pass.txt", ("mocha", 3, 0, 0, 1)),
         ("cargo_test.txt", ("cargo", 2, 1, 0, 1)),
         ("cargo_test_pass.txt", ("cargo", 5, 0, 0, 1)),  # unit tests, an integration test and a doc-test, added up
+        ("node_test_tap.txt", ("node", 2, 1, 0, 1)),  # node 20's `node --test` (TAP when not on a terminal)
+        ("node_test_spec.txt", ("node", 2, 1, 0, 1)),
     ],
 )
 def test_each_runners_real_summary_gives_its_counts(name: str, expected: tuple[str, int, int, int, int]) -> None:
@@ -133,6 +135,12 @@ def test_go_test_verbose_names_tests_and_plain_counts_packages() -> None:
     assert read_results(quiet, exit_code=0).tests == {"example.com/calc": PASSED, "example.com/other": PASSED}
     broken_build = "# example.com/calc\n./calc.go:3:1: syntax error\nFAIL\texample.com/calc [build failed]\n"
     assert read_results(broken_build, exit_code=1).runner == EXIT_CODE  # nothing ran: only the exit code speaks
+
+
+def test_node_test_names_its_tests_from_the_tap_lines() -> None:
+    r = read_results(fixture("node_test_tap.txt"), exit_code=1)
+    assert r.tests["adds"] == PASSED and r.tests["adds wrong"] == FAILED and r.tests["later"] == SKIPPED
+    assert r.tests["subs"] == PASSED
 
 
 def test_nextest_summary_and_lines() -> None:

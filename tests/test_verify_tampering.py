@@ -84,6 +84,8 @@ def test_every_marker_of_the_list_is_found() -> None:
         "c.spec.ts": ("describe('s', () => {\n  it('x', () => {});\n});\n", "describe.skip('s', () => {\n  it('x', () => {});\n});\n"),
         "d.test.js": ("it('x', () => {});\nit('y', () => {});\n", "it.only('x', () => {});\nit('y', () => {});\n"),
         "calc_test.go": ("func TestX(t *testing.T) {\n\tcheck(t)\n}\n", "func TestX(t *testing.T) {\n\tt.Skip(\"later\")\n\tcheck(t)\n}\n"),
+        "e.test.js": ("test('x', () => {\n  assert.ok(f());\n});\n", "test('x', { skip: true }, () => {\n  assert.ok(f());\n});\n"),
+        "f.test.mjs": ("test('x', (t) => {\n  assert.ok(f());\n});\n", "test('x', (t) => {\n  t.skip('later');\n  assert.ok(f());\n});\n"),
         "tests/it.rs": ("#[test]\nfn x() {\n    assert!(f());\n}\n", "#[test]\n#[ignore]\nfn x() {\n    assert!(f());\n}\n"),
     }
     for path, (old, new) in cases.items():

@@ -2,7 +2,8 @@
 
 A verify runs whatever the project's test command is, so the reading takes the best evidence there is:
 JUnit XML when the command wrote it (every test by name, read with junitparser), else the summary lines of
-the runner that printed them (pytest, unittest, jest, vitest, mocha, go test, cargo test, nextest), else
+the runner that printed them (pytest, unittest, jest, vitest, mocha, go test, cargo test, nextest, node's own
+`node --test`), else
 only the exit code. Names are what make a per-test history (which tests a given iteration fixed or
 broke), so every parser keeps the names its runner prints, and says when it knows none.
 
@@ -405,6 +406,30 @@ def read_nextest(text: str) -> TestResults | None:
     )
 
 
+# node --test -----------------------------------------------------------------------------------------
+
+_NODE_SUMMARY = re.compile(r"^(?:#|ℹ) (tests|suites|pass|fail|cancelled|skipped|todo) (\d+)\s*$", re.MULTILINE)
+_TAP_LINE = re.compile(r"^\s*(not ok|ok) \d+ - (.+?)(?:\s+#\s*(SKIP|TODO)\b.*)?\s*$", re.MULTILINE | re.IGNORECASE)
+
+
+def read_node(text: str) -> TestResults | None:
+    """Node's own runner (`node --test`): `# tests 4`, `# pass 2`, `# fail 1`, `# skipped 1` (`ℹ` for the spec
+    reporter), and the TAP reporter's `ok 1 - name` / `not ok 2 - name` lines."""
+    found = {key: int(number) for key, number in _NODE_SUMMARY.findall(text)}
+    if "tests" not in found or "pass" not in found:
+        return None
+    pairs = []
+    for verdict, name, directive in _TAP_LINE.findall(text):
+        if directive:
+            pairs.append((name, SKIPPED))
+        else:
+            pairs.append((name, PASSED if verdict.lower() == "ok" else FAILED))
+    return TestResults(
+        runner="node", passed=found.get("pass", 0), failed=found.get("fail", 0) + found.get("cancelled", 0),
+        skipped=found.get("skipped", 0) + found.get("todo", 0), tests=_bounded(pairs),
+    )
+
+
 PARSERS: Mapping[str, Callable[[str], TestResults | None]] = {
     "pytest": read_pytest,
     "unittest": read_unittest,
@@ -414,5 +439,6 @@ PARSERS: Mapping[str, Callable[[str], TestResults | None]] = {
     "go": read_go,
     "cargo": read_cargo,
     "nextest": read_nextest,
+    "node": read_node,
 }
 """Every runner whose summary lines are read, by name."""

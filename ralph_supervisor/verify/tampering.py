@@ -139,6 +139,8 @@ SKIP_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("xit", re.compile(r"(?<![\w.])(?:xit|xtest|xdescribe|xcontext|xspecify)[ \t]*\(")),
     (".only", re.compile(r"\b(?:it|test|describe|context)\.only\b")),
     ("t.Skip(", re.compile(r"\bt\.Skip(?:f|Now)?[ \t]*\(")),
+    ("skip: true", re.compile(r"[{,][ \t]*(?:skip|todo)[ \t]*:[ \t]*(?:true|['\"`])")),
+    ("t.skip(", re.compile(r"\bt\.(?:skip|todo)[ \t]*\(")),
     ("#[ignore]", re.compile(r"#\[ignore\b")),
 )
 """Markers that stop a test from counting. `.only` belongs here: it makes every other test stop running."""
