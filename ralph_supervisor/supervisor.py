@@ -714,6 +714,8 @@ class Supervisor:
             self.breaker.verified_progress()
         tripping = [v for v in judged.verdicts if v.trip]
         if tripping and not self._exiting():
+            if tripping[0].trigger == "tampering" and run.previous_snapshot is not None:
+                self.keeper.hold("tampering", run.previous_snapshot)  # the escalation names the tests before
             decision = self.breaker.verdict_open(tripping[0].trigger, tripping[0].reason, time.time())
             if decision.changed:
                 self._spawn_task(self.apply(decision))

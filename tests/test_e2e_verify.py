@@ -162,6 +162,8 @@ def test_skipping_the_failing_tests_and_saying_all_pass_is_tampering_and_false_c
         assert live["iteration"] >= 1 and live["skipped"] == 2 and live["failed"] == 0
         escalation = (state / "escalation.md").read_text()
         assert "skip marker added" in escalation
+        assert "The snapshot of iteration 0" in escalation and "before its tests were weakened" in escalation
+        assert "ralph-supervise restore 0 -w" in escalation
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)

@@ -4,7 +4,6 @@ and the judgement (pure) that turns verifies into regression, tampering and fals
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys

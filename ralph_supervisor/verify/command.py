@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +72,7 @@ def _pytest_reason(names: Collection[str], texts: Mapping[str, str], tests_dir_h
     return None
 
 
-def pick_in(workspace: Path, read: Callable[[Path], str | None] | None = None) -> Picked | None:
+def pick_in(workspace: Path) -> Picked | None:
     """`pick_command` on a real folder (its top level, the few files it reads, a look into tests/)."""
     try:
         names = {entry.name for entry in workspace.iterdir()}

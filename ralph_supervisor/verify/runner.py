@@ -117,6 +117,8 @@ class VerifyRun:
     previous_iteration: int | None = None
     """The iteration of the last verified snapshot this one was compared with."""
     previous_results: TestResults | None = field(default=None, compare=False)
+    previous_snapshot: SnapshotInfo | None = field(default=None, compare=False)
+    """The last verified snapshot (the one to restore after a tampering)."""
 
     @property
     def verified(self) -> bool:
@@ -381,6 +383,7 @@ class Verifier:
             findings=findings, fixed=fixed, broke=broke, skipped_iterations=tuple(job.skipped),
             previous_iteration=previous[0].iteration if previous else None,
             previous_results=previous[2] if previous else None,
+            previous_snapshot=previous[0] if previous else None,
         )
         if reason is None and results is not None:
             if previous is not None and previous[1] != tree:
