@@ -171,6 +171,41 @@ def test_the_snapshot_is_what_runs_not_the_workspace_and_borrowed_folders_are_li
 
 
 @needs_git
+def test_a_newly_failing_test_is_run_once_more_and_a_flaky_one_does_not_count(tmp_path: Path) -> None:
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    ws.mkdir()
+    runs_file = tmp_path / "runs"
+    (ws / "test_flaky.py").write_text(
+        "import pathlib\n"
+        f"RUNS = pathlib.Path({str(runs_file)!r})\n\n\n"
+        "def test_steady():\n    assert True\n\n\n"
+        "def test_flaky():\n"
+        "    n = int(RUNS.read_text()) + 1 if RUNS.exists() else 1\n"
+        "    RUNS.write_text(str(n))\n"
+        "    assert n != 2  # fails the second time it runs only\n")
+    store = SnapshotStore(ws, state)
+    store.open()
+    first = store.take(0, "start", None, now=time.time())
+    (ws / "notes.py").write_text("X = 1\n")
+    second = store.take(1, "iteration", None, now=time.time())
+    runs: list[VerifyRun] = []
+    verifier = Verifier(VerifyPlan(f"{sys.executable} -m pytest -q -p no:cacheprovider", 60, ws, state), store,
+                        on_finished=runs.append)
+    verifier.start()
+    try:
+        verifier.submit(first)
+        assert verifier.idle(60)
+        verifier.submit(second)
+        assert verifier.idle(60)
+    finally:
+        verifier.close()
+    assert runs_file.read_text() == "3", "the verify of iteration 1 ran the tests twice"
+    assert runs[1].broke == (), runs[1]
+    assert runs[1].results.tests.get("test_flaky::test_flaky") == PASSED, runs[1].results.tests  # type: ignore[union-attr]
+    assert (runs[1].results.passed, runs[1].results.failed) == (2, 0)  # type: ignore[union-attr]
+
+
+@needs_git
 def test_a_command_that_is_not_found_or_runs_no_test_is_unverified_never_failed(tmp_path: Path) -> None:
     ws, state = tmp_path / "ws", tmp_path / "state"
     ws.mkdir()

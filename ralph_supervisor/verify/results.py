@@ -135,7 +135,7 @@ def _bounded(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 def read_junit(xml: str | bytes, exit_code: int | None = None) -> TestResults | None:
     """Every test case of a JUnit XML report (pytest, jest-junit, go-junit-report, nextest), or None if unreadable.
 
-    A test case's name is `classname::name` (the `classname` alone where the two repeat, as jest-junit writes).
+    A test case's name is `classname::name` (once where jest-junit repeats its words in both).
     """
     from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped
 
@@ -172,8 +172,9 @@ def read_junit(xml: str | bytes, exit_code: int | None = None) -> TestResults | 
 
 
 def _junit_name(classname: str | None, name: str | None) -> str:
+    """`classname::name`; jest-junit's default writes the same words in both (`suite test`): those once."""
     classname, name = (classname or "").strip(), (name or "").strip()
-    if not classname or not name or classname == name:
+    if not classname or not name or (classname == name and " " in name):
         return name or classname
     return f"{classname}::{name}"
 
