@@ -206,6 +206,32 @@ def test_a_newly_failing_test_is_run_once_more_and_a_flaky_one_does_not_count(tm
 
 
 @needs_git
+def test_a_borrowed_virtual_environment_with_an_editable_install_runs_the_snapshots_code(tmp_path: Path) -> None:
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    (ws / "src" / "calc").mkdir(parents=True)
+    (ws / "src" / "calc" / "__init__.py").write_text("VERSION = 'snapshot'\n")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(ws / ".venv")], check=True, timeout=60)
+    site = next((ws / ".venv" / "lib").glob("python3*/site-packages"))
+    (site / "__editable__.calc.pth").write_text(str(ws / "src") + "\n")  # what an editable install leaves
+    store = SnapshotStore(ws, state)
+    store.open()
+    info = store.take(1, "iteration", None, now=time.time(), exclude=exclude_lines(BUILTIN_IGNORED_NAMES, [], [], None))
+    (ws / "src" / "calc" / "__init__.py").write_text("VERSION = 'workspace'\n")  # the agent moved on
+    runs: list[VerifyRun] = []
+    probe = "python -c 'import calc, sys; print(calc.VERSION, calc.__file__, sys.prefix)'"
+    verifier = Verifier(VerifyPlan(probe, 60, ws, state), store, on_finished=runs.append)
+    verifier.start()
+    try:
+        verifier.submit(info)
+        assert verifier.idle(60)
+    finally:
+        verifier.close()
+    version, path, prefix = (state / "verify-output.log").read_text().strip().splitlines()[-1].split()
+    assert version == "snapshot" and not path.startswith(str(ws)), path
+    assert prefix.endswith(".venv"), "the workspace's virtual environment ran it"
+
+
+@needs_git
 def test_a_command_that_is_not_found_or_runs_no_test_is_unverified_never_failed(tmp_path: Path) -> None:
     ws, state = tmp_path / "ws", tmp_path / "state"
     ws.mkdir()
