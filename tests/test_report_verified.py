@@ -55,10 +55,21 @@ def test_the_tests_section_plots_each_verify_and_lists_what_it_fixed_broke_and_w
     assert "unverified: the test command did not finish in 600 s" in tests
 
 
+def test_the_markdown_report_has_the_tests_too(tmp_path: Path) -> None:
+    state = state_with_verifies(tmp_path)
+    text = report.markdown.render_markdown(report.collect(state, now=NOW, git=False))
+    part = text.split("## Tests (the supervisor's own verifies)", 1)[1].split("\n## ", 1)[0]
+    assert "passed  " in part and "verifies of iterations 0 to 4" in part
+    assert "| 2 | 3 passed, 0 failed, 0 skipped | test_calc::test_sub, test_calc::test_mul |  |  |" in part
+    assert "| 5 | unverified: the test command did not finish in 600 s (--verify-timeout) |" in part
+
+
 def test_no_verify_means_no_tests_section(tmp_path: Path) -> None:
     state = tmp_path / "proj" / ".ralph-supervise"
     shutil.copytree(FIXTURES / "stuck", state)
-    assert "<h2>Tests</h2>" not in report.html.render_html(report.collect(state, now=NOW, git=False))
+    account = report.collect(state, now=NOW, git=False)
+    assert "<h2>Tests</h2>" not in report.html.render_html(account)
+    assert "## Tests" not in report.markdown.render_markdown(account)
     assert section((), ()) == ""
 
 

@@ -143,3 +143,26 @@ def section(points: Sequence[VerifyPoint], iterations: Sequence[Any]) -> str:
            '<span><i style="background:#2878c8"></i>files changed (scaled)</span></div>')
     return ("<section class=\"tests-section\"><h2>Tests</h2>" f"<p>{_e(summary)}</p>" + key + plot_svg(points, files) + table(points)
             + "</section>")
+
+
+def markdown(points: Sequence[VerifyPoint], rows: int = 20) -> list[str]:
+    """The Markdown report's lines: passed per verify as a sparkline, and the verifies that changed something."""
+    if not points:
+        return []
+    from ralph_supervisor.report.account import sparkline  # the timeline's own sparkline
+
+    out = ["", "## Tests (the supervisor's own verifies)", ""]
+    shown = [p for p in points if p.unverified is None]
+    if shown:
+        out += ["```", f"passed  {sparkline([float(p.passed) for p in shown], 60)}",
+                f"failing {sparkline([float(p.failed) for p in shown], 60)}",
+                f"        verifies of iterations {shown[0].iteration} to {shown[-1].iteration}", "```", ""]
+    notable = [p for p in points if p.fixed or p.broke or p.weakened or p.unverified][-rows:]
+    if notable:
+        out += ["| iteration | tests | fixed | broke | weakened |", "|---|---|---|---|---|"]
+        for p in notable:
+            counts = f"unverified: {p.unverified}" if p.unverified else f"{p.passed} passed, {p.failed} failed, {p.skipped} skipped"
+            cells = [str(p.iteration), counts, ", ".join(p.fixed[:NAMES_SHOWN]), ", ".join(p.broke[:NAMES_SHOWN]),
+                     "; ".join(p.weakened[:3])]
+            out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ")[:200] for c in cells) + " |")
+    return out
