@@ -5,7 +5,10 @@
      -q` in a copy of the project), against the verify of a snapshot of it: from `submit` to the verdict
      (the snapshot written out, the box, nice 19 and idle I/O, JUnit XML read, the tampering diff).
      Target: the verify within 1.2x the command alone plus 0.5 s.
-  2. Memory: the judge (per-test history, regression, tampering rule, fixed/broken sets) fed 10,000 tests per
+  2. The loop's own time: examples/fast_loop.sh (200 iterations, --quick 100, each rewriting a file) under the
+     supervisor in marker mode, with and without `--verify` (a small pytest project), from child start to exit.
+     Target: within 5 %.
+  3. Memory: the judge (per-test history, regression, tampering rule, fixed/broken sets) fed 10,000 tests per
      verify for 1,000 verifies (--quick 200), a few tests flipping each time. RSS after the first tenth and at
      the end. Target: flat (within 10 % or 4 MiB).
 
@@ -104,6 +107,38 @@ def latency(reps: int) -> dict[str, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+MARKER = r"^\[fast-loop\] iteration "
+
+
+def loop_time(iterations: int, verify: bool) -> tuple[float, int]:
+    """The loop's run time under the supervisor, from its child_started to its child_exited events."""
+    import json
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-verify-loop-"))
+    try:
+        ws = tmp / "ws"
+        make_project(ws, tests=50, failing=0)
+        argv = [sys.executable, "-m", "ralph_supervisor", "--no-echo", "--log-format", "json", "--iteration-marker",
+                MARKER, "--no-progress", "100000", "--stall", "600"]
+        if verify:
+            argv += ["--verify", f"{sys.executable} -m pytest -q -p no:cacheprovider"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "FAST_LOOP_ITERATIONS": str(iterations), "FAST_LOOP_SLEEP": "0.05"}
+        subprocess.run([*argv, "--", "bash", str(ROOT / "examples" / "fast_loop.sh")], cwd=ws, env=env,
+                       capture_output=True, timeout=900)
+        events = [json.loads(line) for line in (ws / ".ralph-supervise" / "events.jsonl").read_text().splitlines()
+                  if line.startswith("{")]
+
+        def at(name: str) -> float:
+            from datetime import datetime
+
+            ts = next(e["ts"] for e in events if e.get("event") == name)
+            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+        return at("child_exited") - at("child_started"), sum(1 for e in events if e.get("event") == "verify_finished")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def memory(verifies: int, tests: int = 10_000) -> dict[str, float]:
     judge = VerifyJudge(regression=2)
     names = [f"tests/test_mod{i // 100}.py::TestThing::test_case_{i}" for i in range(tests)]
@@ -130,6 +165,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=kit.DOCS / "verify.md")
     args = parser.parse_args()
     lat = latency(2 if args.quick else 5)
+    n = 100 if args.quick else 200
+    without = statistics.median([loop_time(n, False)[0] for _ in range(2)])
+    timed = [loop_time(n, True) for _ in range(2)]
+    with_verify, verifies = statistics.median([t for t, _ in timed]), min(v for _, v in timed)
+    ok_loop = with_verify <= without * 1.05
     mem = memory(200 if args.quick else 1000)
     ok_lat = lat["verify_s"] <= lat["target_s"]
     ok_mem = mem["rss_end_mib"] - mem["rss_tenth_mib"] <= max(4.0, 0.1 * mem["rss_tenth_mib"])
@@ -143,6 +183,8 @@ def main() -> int:
         f"| 500-test pytest project: the command alone (median) | {lat['alone_s']:.2f} s | |",
         f"| the same as a verify: submit to verdict (median) | {lat['verify_s']:.2f} s | <= {lat['target_s']:.2f} s "
         f"(1.2x + 0.5 s): {'met' if ok_lat else 'NOT met'} |",
+        f"| fast_loop.sh, {n} iterations: the loop's time without / with --verify (median of 2) | {without:.2f} / "
+        f"{with_verify:.2f} s ({(with_verify / without - 1) * 100:+.1f} %; at least {verifies} verifies ran meanwhile) | within 5 %: {'met' if ok_loop else 'NOT met'} |",
         f"| judge memory, 10,000 tests per verify: RSS after a tenth / at the end | {mem['rss_tenth_mib']:.1f} / "
         f"{mem['rss_end_mib']:.1f} MiB ({mem['tracked']} tests tracked) | flat: {'met' if ok_mem else 'NOT met'} |",
         "",
@@ -150,7 +192,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
-    return 0 if ok_lat and ok_mem else 1
+    return 0 if ok_lat and ok_mem and ok_loop else 1
 
 
 if __name__ == "__main__":
