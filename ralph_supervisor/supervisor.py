@@ -160,6 +160,7 @@ class Supervisor:
         self._signals = 0
         self.hurry = False
         """A second signal: leave at once (the shutdown waits for nothing)."""
+        self._ended_by_itself = False
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_pending = False
         self._started_wall = time.time()
@@ -400,6 +401,7 @@ class Supervisor:
 
     async def _child_ended_by_itself(self, code: int) -> None:
         """The loop ended on its own: finish the call in progress, clear the rest of the tree, exit with its code."""
+        self._ended_by_itself = True  # a verdict that comes in while the last verifies run restarts nothing
         try:
             await self.tap.wait_closed(timeout=1.0)
             # The last output may still be in analysis: in marker mode it can start the very call to finish.
@@ -485,7 +487,7 @@ class Supervisor:
         self.silence.restart(time.time())
         if self.actions.paused:
             await self.actions.resume(self.tracker.number)
-        elif self.child is None and not self._exiting():
+        elif self.child is None and not self._exiting() and not self._ended_by_itself:
             self._restart_pending = False
             self._spawn()
 
