@@ -290,6 +290,19 @@ def test_a_hanging_verify_is_ended_at_its_timeout_as_unverified_and_never_trips(
     assert time.monotonic() - began < 60
 
 
+def test_a_verify_that_forks_a_daemon_is_named_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    ws = project(tmp_path, CALC_GOOD)
+    daemon = f"setsid sh -c 'sleep 300' > /dev/null 2>&1 < /dev/null & {PYTEST}"
+    env = loop_env(calls(tmp_path, {1: "echo 'X = 1' > x.py\n"}), 1)
+    done = run(ws, *FAST, "--verify", daemon, "--", str(LOOP), env=env, timeout=120)
+    state = ws / ".ralph-supervise"
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    left = events(state, "verify_left_processes")
+    assert left and any(p.startswith("sleep (") for p in left[0]["processes"]), left
+    assert all(line["unverified"] is None and line["passed"] == 3 for line in verifies(state))
+    # the autouse fixture proves the daemon is gone
+
+
 def test_a_stop_during_a_verify_ends_it_and_its_whole_tree(tmp_path: Path) -> None:
     ws = project(tmp_path, CALC_GOOD)
     slow = f"{sys.executable} -c 'import subprocess, time; subprocess.Popen([\"sleep\", \"300\"]); time.sleep(300)'"
