@@ -199,6 +199,15 @@ def test_no_tests_ran_is_not_a_pass() -> None:
     assert read_results("Ran 0 tests in 0.000s\n\nNO TESTS RAN\n", exit_code=5).ran_nothing
 
 
+def test_a_runner_saying_it_found_no_test_ran_nothing_even_with_exit_0() -> None:
+    for text in ("No tests found, exiting with code 0\n", "Error: No test files found: \"test\"\n",
+                 "ok  \texample.com/calc\t0.002s [no tests to run]\ntesting: warning: no tests to run\n"):
+        r = read_results(text, exit_code=0)
+        assert r.ran_nothing and not r.ok, text
+    assert read_results("running 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; "
+                        "finished in 0.00s\n", exit_code=0).ran_nothing
+
+
 def test_a_make_target_running_two_runners_adds_both() -> None:
     text = fixture("pytest_q.txt") + "\n" + fixture("jest_pass.txt")
     assert counts(read_results(text, exit_code=2)) == ("pytest+jest", 6, 1, 1, 3)

@@ -34,6 +34,12 @@ EXIT_CODE = "exit-code"
 NAMES_MAX = 20_000
 """Tests kept by name in one reading (the counts stay exact): a verify's memory stays bounded."""
 
+_NONE_FOUND = re.compile(
+    r"^No tests found, exiting with code|^No test files found, exiting with code|\bno tests? (?:to run|were found)\b|"
+    r"^Error: No test files found",
+    re.MULTILINE | re.IGNORECASE,
+)
+"""A runner's words for "there was no test to run" (jest's --passWithNoTests, vitest, mocha, go)."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
@@ -93,6 +99,8 @@ def read_results(output: str, exit_code: int | None, junit_xml: str | bytes | No
     text = strip_ansi(output)
     readings = [reading for parse in PARSERS.values() if (reading := parse(text)) is not None]
     if not readings:
+        if _NONE_FOUND.search(text[-200_000:]):
+            return TestResults(runner="none-found", exit_code=exit_code)  # counted: it ran nothing
         return TestResults(runner=EXIT_CODE, exit_code=exit_code)
     return _combine(readings, exit_code)
 
@@ -332,7 +340,7 @@ def read_mocha(text: str) -> TestResults | None:
 # go test ----------------------------------------------------------------------------------------------
 
 _GO_TEST = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+) \([\d.]+s\)", re.MULTILINE)
-_GO_PACKAGE = re.compile(r"^(ok|FAIL)\s+(\S+)\s+(?:[\d.]+s|\(cached\))", re.MULTILINE)
+_GO_PACKAGE = re.compile(r"^(ok|FAIL)\s+(\S+)\s+(?:[\d.]+s|\(cached\))(?!.*\[no tests to run\])", re.MULTILINE)
 _GO_OUTCOME = {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED}
 
 
