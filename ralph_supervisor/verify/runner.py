@@ -223,15 +223,12 @@ class Verifier:
     """Runs the verifies, one at a time, newest waiting first; reports each on `on_finished` (its thread)."""
 
     def __init__(self, plan: VerifyPlan, store: SnapshotStore, *,
-                 on_started: Callable[[int, tuple[int, ...]], None] = lambda iteration, covers: None,
-                 on_finished: Callable[[VerifyRun], None] = lambda run: None,
-                 judge: Callable[[VerifyRun], VerifyRun] = lambda run: run, rerun_broken: bool = True) -> None:
+                 on_finished: Callable[[VerifyRun], None] = lambda run: None, rerun_broken: bool = True) -> None:
         self.plan = plan
         self.rerun_broken = rerun_broken
+        """Run a newly failing test's command once more before it counts (off with --regression 0)."""
         self.store = store
-        self._on_started = on_started
         self._on_finished = on_finished
-        self._judge = judge
         self._lock = threading.Condition()
         self._waiting: _Job | None = None
         self._running: _Job | None = None
@@ -312,7 +309,6 @@ class Verifier:
             try:
                 run = self._verify(job)
                 if run is not None:
-                    run = self._judge(run)
                     self.last = run
                     self._log.record(run.line())
                     self._on_finished(run)
@@ -327,7 +323,6 @@ class Verifier:
         info = job.info
         covers = tuple(job.covers)
         started, began = time.time(), time.monotonic()
-        self._on_started(info.iteration, covers)
         log.info("verify_started", iteration=info.iteration, covers=list(covers), snapshot=info.id,
                  skipped_iterations=job.skipped, command=self.plan.command)
         tree = self.plan.root / f"tree-{info.id}"
