@@ -203,9 +203,20 @@ def test_skipping_a_passing_test_fires_when_the_passing_count_did_not_rise() -> 
     assert verdict is not None and "passing tests 3 before, 2 after" in verdict.why
 
 
+def test_a_renamed_or_merged_test_keeping_its_assertions_is_not_removed() -> None:
+    renamed = CALC_TESTS.replace("def test_add", "def test_sum")
+    assert find_weakening({"test_calc.py": CALC_TESTS}, {"test_calc.py": renamed}) == []
+    merged = CALC_TESTS.replace("def test_add():\n    assert add(2, 2) == 4\n\n\n", "").replace(
+        "def test_sub():\n", "def test_arithmetic():\n    assert add(2, 2) == 4\n")
+    assert find_weakening({"test_calc.py": CALC_TESTS}, {"test_calc.py": merged}) == []
+    gutted = CALC_TESTS.replace("def test_add():\n    assert add(2, 2) == 4", "def test_sum():\n    assert add(2, 2)")
+    assert [f.kind for f in find_weakening({"test_calc.py": CALC_TESTS}, {"test_calc.py": gutted})] == [REMOVED_TEST]
+
+
 def test_a_refactor_that_raises_the_passing_count_and_weakens_no_failing_test_does_not_fire() -> None:
-    removed = find_weakening({"test_calc.py": CALC_TESTS}, {"test_calc.py": CALC_TESTS.replace("def test_add", "def test_sum")})
-    assert [f.kind for f in removed] == [REMOVED_TEST]  # renamed: the old name is gone
+    removed = find_weakening({"test_calc.py": CALC_TESTS}, {"test_calc.py": CALC_TESTS.replace(
+        "def test_add():\n    assert add(2, 2) == 4\n", "")})
+    assert [f.kind for f in removed] == [REMOVED_TEST]
     assert judge(removed, run(2, 1, test_sub=FAILED, test_add=PASSED), run(3, 0)) is None
     assert judge([], run(2, 1), run(3, 0)) is None
 

@@ -217,6 +217,8 @@ def find_weakening(before: Mapping[str, str | None], after: Mapping[str, str | N
         if new is not None and is_test_file(path, new):
             new_tests[path] = read_tests(new)
     new_names = Counter(t.name for tests in new_tests.values() for t in tests)
+    for _path, test in _renamed(old_tests, new_tests):
+        new_names[test.name] += 1  # renamed, its assertions kept: not removed
     findings: list[Finding] = []
 
     for path in paths:
@@ -238,6 +240,26 @@ def find_weakening(before: Mapping[str, str | None], after: Mapping[str, str | N
         if len(findings) >= FINDINGS_MAX:
             break
     return findings[:FINDINGS_MAX]
+
+
+def _renamed(old_tests: Mapping[str, list[_Test]], new_tests: Mapping[str, list[_Test]]) -> list[tuple[str, _Test]]:
+    """Old tests whose name is gone but whose assertions all live on in a new test: renamed or merged, not removed."""
+    old_names = {t.name for tests in old_tests.values() for t in tests}
+    new_names = {t.name for tests in new_tests.values() for t in tests}
+    added = [Counter(_normal(text) for _, text in t.asserts) for tests in new_tests.values() for t in tests
+             if t.name not in old_names]
+    renamed: list[tuple[str, _Test]] = []
+    for path, tests in old_tests.items():
+        for test in tests:
+            if test.name in new_names or not test.asserts or not added:
+                continue
+            need = Counter(_normal(text) for _, text in test.asserts)
+            for body in added:
+                if not need - body:  # every assertion of the old test is in this new one
+                    body.subtract(need)
+                    renamed.append((path, test))
+                    break
+    return renamed
 
 
 def _added_lines(old: str, new: str) -> list[tuple[int, str]]:
