@@ -373,6 +373,10 @@ def test_pure_helpers_of_the_runner() -> None:
     assert unverified_reason(TestResults("exit-code", exit_code=127), 127, "sh: 1: pytest: not found\n") == \
         "the test command could not run (exit 127: sh: 1: pytest: not found)"
     assert unverified_reason(TestResults("exit-code", exit_code=1), 1, "") is None  # a failure, by its exit code
+    for missing in ("/usr/bin/python3: No module named pytest\n", "npm error Missing script: \"test\"\n",
+                    "make: *** No rule to make target 'test'.  Stop.\n", "Error: Cannot find module 'jest'\n"):
+        why = unverified_reason(TestResults("exit-code", exit_code=1), 1, missing) or ""
+        assert why.startswith("the test command could not run (exit 1: "), (missing, why)
     assert "exited 4 with no test results" in (unverified_reason(TestResults("exit-code", exit_code=4), 4, "") or "")
 
 

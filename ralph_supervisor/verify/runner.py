@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -61,6 +62,13 @@ TEXT_MAX = 1_000_000
 """Test files larger than this are not diffed for tampering."""
 KILL_GRACE_S = 3.0
 NOT_FOUND_CODES = (126, 127)
+_CANNOT_RUN = re.compile(
+    r"^.*(?:No module named '?(?:pytest|unittest|nose2?)'?|: command not found|: not found|"
+    r"npm (?:ERR!|error) (?:Missing script|enoent|code ENOENT)|Cannot find module '(?:jest|vitest|mocha)[^']*'|"
+    r"make: \*\*\* No rule to make target '?test'?|error: no such command: `nextest`).*$",
+    re.MULTILINE,
+)
+"""The test command's tools are missing: the supervisor's (or the setup's) trouble, not a failing test."""
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,9 @@ def unverified_reason(results: TestResults, exit_code: int | None, output_tail: 
     if exit_code is None:
         return "the test command was killed"
     if not results.counted:
-        if exit_code in NOT_FOUND_CODES:
-            last = next((line for line in reversed(output_tail.splitlines()) if line.strip()), "")
+        cannot = _CANNOT_RUN.search(output_tail)
+        if exit_code in NOT_FOUND_CODES or cannot:
+            last = cannot.group(0) if cannot else next((line for line in reversed(output_tail.splitlines()) if line.strip()), "")
             return f"the test command could not run (exit {exit_code}: {last.strip()[:200]})"
         if exit_code not in (0, 1):
             return f"the test command exited {exit_code} with no test results"

@@ -70,7 +70,9 @@ class VerifyService:
     def observed(self, report: Any) -> None:
         """An iteration's report: remember whether the agent said it was done (its verify comes later)."""
         with self._lock:
-            self._claims[report.number] = says_done(bool(report.completed), report.reply)
+            status = getattr(report, "status", None) or {}
+            done = bool(report.completed) or str(status.get("STATUS", "")).upper() == "COMPLETE"
+            self._claims[report.number] = says_done(done, report.reply)
             while len(self._claims) > CLAIMS_MAX:
                 self._claims.popitem(last=False)
 
