@@ -62,8 +62,11 @@ class SnapshotKeeper:
     """Takes the workspace's snapshots and watches each iteration for destruction."""
 
     def __init__(self, settings: Settings, *, on_destruction: Callable[[str], None],
-                 metrics: Callable[[], Any] = lambda: None) -> None:
+                 metrics: Callable[[], Any] = lambda: None,
+                 on_snapshot: Callable[[SnapshotInfo], None] = lambda info: None) -> None:
         self.settings = settings
+        self.on_snapshot = on_snapshot
+        """Called on the keeper's thread with every snapshot taken (the verify's feed)."""
         self.workspace = settings.workspace
         self._on_destruction = on_destruction
         self._metrics = metrics
@@ -89,6 +92,7 @@ class SnapshotKeeper:
         """on, paused (a full disk: tried again at the next iteration) or off."""
         self.problem: str | None = None
         self._held_at_trip: SnapshotInfo | None = None
+        self._held_for: tuple[str, SnapshotInfo] | None = None
         if settings.snapshot_budget <= 0:
             self.problem = "--snapshot-budget is 0"
             return
@@ -210,7 +214,8 @@ class SnapshotKeeper:
         if held is None:
             why = self.problem or "none was taken yet"
             return [f"No snapshot of the workspace is available ({why})."]
-        what = "before the files were destroyed" if trigger == "destructive" else "at its last snapshot"
+        what = {"destructive": "before the files were destroyed",
+                "tampering": "before its tests were weakened (its last verified snapshot)"}.get(trigger, "at its last snapshot")
         return [
             f"The snapshot of iteration {held.iteration} ({held.at}, {held.files} files, {human_size(held.bytes)}) "
             f"holds the workspace as it was {what}.",
@@ -308,6 +313,7 @@ class SnapshotKeeper:
         if info.moved:
             log.info("snapshot_files_moved", iteration=iteration, paths=list(info.moved[:20]))
         self._keep_to_budget(store)
+        self.on_snapshot(info)
 
     def _keep_to_budget(self, store: SnapshotStore) -> None:
         budget = self.settings.snapshot_budget
@@ -364,8 +370,14 @@ class SnapshotKeeper:
         if metrics is not None and hasattr(metrics, "snapshots"):
             metrics.snapshots(count=self.count, store_bytes=self.bytes)
 
+    def hold(self, trigger: str, info: SnapshotInfo) -> None:
+        """The snapshot to restore after an open by `trigger` is `info` (tampering: the last verified one)."""
+        self._held_for = (trigger, info)
+
     def _held(self, trigger: str) -> SnapshotInfo | None:
         """The snapshot to restore after `trigger`: for a destruction, the one taken before it."""
+        if self._held_for is not None and self._held_for[0] == trigger:
+            return self._held_for[1]
         return self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
 
     def _warn(self, event: str, **fields: Any) -> None:

@@ -66,6 +66,10 @@ def linger_seconds(scrapes: Sequence[float], cap: float = LINGER_CAP_SECONDS) ->
     return min(cap, gap * 1.5 + 0.5)
 
 
+TEST_OUTCOMES = ("passed", "failed", "errors", "skipped")
+"""The `outcome` label of `ralph_supervise_tests`."""
+
+
 def breaker_state_value(state: str) -> int:
     """0 closed, 1 half-open, 2 open; an unknown name raises (a programming error, not user input)."""
     try:
@@ -131,9 +135,19 @@ class Metrics:
                                 registry=r)
         self._snapshot_bytes = Gauge("ralph_supervise_snapshot_bytes", "Bytes the snapshot store takes on disk.",
                                      ws, registry=r)
+        self._tests = Gauge("ralph_supervise_tests", "Tests of the last verified verify (--verify), by outcome.",
+                            [*ws, "outcome"], registry=r)
+        for outcome in TEST_OUTCOMES:
+            self._tests.labels(workspace, self.name, outcome)
+        self._verify_seconds = Gauge("ralph_supervise_verify_seconds", "Seconds the last verify took.", ws,
+                                     registry=r)
+        self._verifies = Counter("ralph_supervise_verifies", "Verifies run, by result: passed, failed, unverified.",
+                                 [*ws, "result"], registry=r)
+        for result in ("passed", "failed", "unverified"):
+            self._verifies.labels(workspace, self.name, result)
         for metric in (self._iterations, self._state, self._final, self._iteration, self._output, self._files,
                        self._tree, self._tokens, self._cost, self._stops, self._survivors, self._running,
-                       self._started, self._limit, self._snapshots, self._snapshot_bytes):
+                       self._started, self._limit, self._snapshots, self._snapshot_bytes, self._verify_seconds):
             metric.labels(workspace, self.name)  # present (as 0) from the first scrape
         for trigger in KNOWN_TRIGGERS:
             self._opens.labels(workspace, self.name, trigger)
@@ -196,6 +210,17 @@ class Metrics:
     def snapshots(self, *, count: int, store_bytes: int) -> None:
         self._of(self._snapshots).set(max(0, count))
         self._of(self._snapshot_bytes).set(max(0, store_bytes))
+
+    def verified(self, *, seconds: float, counts: Mapping[str, int] | None) -> None:
+        """A verify finished: its time, and (when it proved something) its tests by outcome."""
+        self._of(self._verify_seconds).set(max(0.0, seconds))
+        if counts is None:
+            self._verifies.labels(self.workspace, self.name, "unverified").inc()
+            return
+        for outcome in TEST_OUTCOMES:
+            self._tests.labels(self.workspace, self.name, outcome).set(max(0, counts.get(outcome, 0)))
+        bad = counts.get("failed", 0) + counts.get("errors", 0)
+        self._verifies.labels(self.workspace, self.name, "failed" if bad else "passed").inc()
 
     def child_running(self, running: bool) -> None:
         self._of(self._running).set(1 if running else 0)

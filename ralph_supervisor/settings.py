@@ -310,6 +310,24 @@ OPTIONS: tuple[Option, ...] = (
     Option("snapshot_max_file", "--snapshot-max-file", _size(0), 50_000_000,
            "files larger than this are listed in a snapshot but not stored (0 = no limit)",
            ("RALPH_SUPERVISE_SNAPSHOT_MAX_FILE",), metavar="SIZE"),
+    Option("verify", "--verify", _optional_text, None,
+           "the project's test command, run by the supervisor on each changed iteration's snapshot, outside the "
+           "workspace (auto: picked from the project's files)", ("RALPH_SUPERVISE_VERIFY",), metavar="CMD"),
+    Option("verify_timeout", "--verify-timeout", _number(0, above=True), 600.0,
+           "a verify that runs longer is ended and counts as unverified", ("RALPH_SUPERVISE_VERIFY_TIMEOUT",),
+           metavar="SECONDS"),
+    Option("regression", "--regression", _int(0), 2,
+           "open when a test that passed earlier fails in N verified iterations in a row (0 = off)",
+           ("RALPH_SUPERVISE_REGRESSION",), metavar="N"),
+    Option("no_verified_progress", "--no-verified-progress", _int(0), 0,
+           "with --verify: open (no-progress) after N verifies in a row of changed iterations that made no failing "
+           "test pass and no new test pass (0 = off)", ("RALPH_SUPERVISE_NO_VERIFIED_PROGRESS",), metavar="N"),
+    Option("tampering", "--tampering", _choice("trip", "warn", "off"), "trip",
+           "an iteration that weakened the tests instead of the code: open and wait for a human, or only warn",
+           ("RALPH_SUPERVISE_TAMPERING",), metavar="trip|warn|off"),
+    Option("false_completion", "--false-completion", _choice("on", "off"), "on",
+           "open when the agent says the work is done while that iteration's verify fails",
+           ("RALPH_SUPERVISE_FALSE_COMPLETION",), metavar="on|off"),
     Option("agent", "--agent", _agent, "auto",
            "read every call with this agent's adapter instead of the one its process name selects",
            ("RALPH_SUPERVISE_AGENT_FORMAT",), metavar="NAME"),
@@ -393,6 +411,12 @@ class Settings:
     destructive_share: float = _default("destructive_share")
     snapshot_budget: int = _default("snapshot_budget")
     snapshot_max_file: int = _default("snapshot_max_file")
+    verify: str | None = _default("verify")
+    verify_timeout: float = _default("verify_timeout")
+    regression: int = _default("regression")
+    no_verified_progress: int = _default("no_verified_progress")
+    tampering: str = _default("tampering")
+    false_completion: str = _default("false_completion")
     agent: str = _default("agent")
     name: str | None = _default("name")
     notify: tuple[str, ...] = _default("notify")
@@ -532,6 +556,16 @@ def load_settings(
     state = expand_path(state_dir, "--state-dir") if state_dir else root / STATE_DIR_NAME
     if not state.is_absolute():
         state = (root / state).resolve()
+    if merged["verify"] is not None and merged["verify"].strip().lower() == "auto":
+        from ralph_supervisor.verify.command import pick_in
+
+        picked = pick_in(root)
+        if picked is None:
+            raise SettingsError(f"--verify auto: no test command found in {root} (looked for a Makefile test target, "
+                                "package.json's test script, pytest settings or test files, Cargo.toml, go.mod): "
+                                "give the command, e.g. --verify 'pytest -q'")
+        merged["verify"] = picked.command
+        sources["verify"] = f"{sources.get('verify', 'default')} (auto: {picked.why})"
     if merged["log_total_bytes"] < merged["log_max_bytes"]:
         raise SettingsError("--log-total-bytes: must be at least --log-max-bytes")
     known = {f.name for f in fields(Settings)}

@@ -523,6 +523,11 @@ class SnapshotStore:
     def files_in(self, info: SnapshotInfo) -> list[str]:
         return list(self._tree_listing(info.commit))
 
+    def changed_between(self, old: SnapshotInfo, new: SnapshotInfo) -> list[str]:
+        """The paths whose content differs between two snapshots (added, modified or deleted)."""
+        out = self._git.run("diff-tree", "-r", "-z", "--no-renames", "--name-only", old.commit, new.commit)
+        return [os.fsdecode(p) for p in out.split(b"\0") if p]
+
     # -- taking ---------------------------------------------------------------------------------
 
     def take(self, iteration: int, kind: str, changed: Collection[str] | None, *, now: float,

@@ -11,7 +11,7 @@ from typing import Any
 
 from ralph_supervisor.breaker import Breaker, Thresholds
 from ralph_supervisor.control import ControlError, NoSupervisor, request
-from ralph_supervisor.files import history_jsonl, state_json
+from ralph_supervisor.files import history_jsonl, state_json, verify_jsonl
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.outcomes import breaker_label
 from ralph_supervisor.values import local_clock
@@ -47,6 +47,7 @@ def collect(state_dir: Path) -> dict[str, Any]:
     from ralph_supervisor.snapshots import read_summary
 
     data["snapshots"] = read_summary(state_dir)
+    data["verify"] = verify_jsonl.status_of(verify_jsonl.last(state_dir))
     if warning:
         data["warning"] = warning
     return data
@@ -104,6 +105,8 @@ def human(status: dict[str, Any]) -> str:
         if snapshots.get("state") in ("off", "paused"):
             text += f"; {snapshots['state']}: {snapshots.get('problem')}"
         lines.append(f"Snapshots:      {text}")
+    if isinstance(status.get("verify"), dict):
+        lines.append(f"Last verify:    {verify_jsonl.human(status['verify'])}")
     if status.get("warning"):
         lines.append(f"Warning:        {status['warning']}")
     return "\n".join(lines)

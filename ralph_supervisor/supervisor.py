@@ -105,6 +105,9 @@ from ralph_supervisor.settings import Settings, thresholds_from
 from ralph_supervisor.spend import spend_lines
 from ralph_supervisor.terminal import Terminal
 from ralph_supervisor.tree_actions import TreeActions
+from ralph_supervisor.verify.judgement import Judged
+from ralph_supervisor.verify.runner import VerifyRun
+from ralph_supervisor.verify.service import VerifyService
 
 log = structlog.get_logger("ralph_supervisor")
 
@@ -159,6 +162,7 @@ class Supervisor:
         self._signals = 0
         self.hurry = False
         """A second signal: leave at once (the shutdown waits for nothing)."""
+        self._ended_by_itself = False
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_pending = False
         self._started_wall = time.time()
@@ -191,6 +195,9 @@ class Supervisor:
                                 on_spawn=self.reaper.leave_alone)  # run_hook waits for its own process
         # the workspace's snapshots; their git processes are never the tree's
         self.keeper = SnapshotKeeper(settings, on_destruction=self._destroying_threadsafe, metrics=lambda: self.metrics)
+        self.verify = VerifyService.create(settings, self.keeper.store, self._verified_threadsafe)
+        if self.verify is not None:
+            self.keeper.on_snapshot = self.verify.snapshot_taken
         self.tree = ProcessTree(os.getpid(), self.reaper)  # helper processes (hooks, git) are never its members
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir)
@@ -234,6 +241,8 @@ class Supervisor:
         settings = self.settings
         self._install_signals()
         await asyncio.to_thread(self.workspace.start)
+        if self.verify is not None:
+            self.verify.start()
         self.keeper.start(self.breaker.iteration, lambda: self.workspace.ignored_prefixes)
         self.calls.start()
         try:
@@ -312,6 +321,8 @@ class Supervisor:
                 pass
         await asyncio.to_thread(self.report_writer.close, 0.0 if self.hurry else 10.0)
         await asyncio.to_thread(self.keeper.close, self.tracker.number, last=not self.hurry)
+        if self.verify is not None:
+            await asyncio.to_thread(self.verify.close)
         self.hooks.kill_all()  # a hook still running when we leave is cut off (its runner thread then returns)
         if self.control is not None:
             await self.control.close()
@@ -400,6 +411,7 @@ class Supervisor:
 
     async def _child_ended_by_itself(self, code: int) -> None:
         """The loop ended on its own: finish the call in progress, clear the rest of the tree, exit with its code."""
+        self._ended_by_itself = True  # a verdict that comes in while the last verifies run restarts nothing
         try:
             await self.tap.wait_closed(timeout=1.0)
             # The last output may still be in analysis: in marker mode it can start the very call to finish.
@@ -407,6 +419,11 @@ class Supervisor:
             if self.tree.scan():
                 await self._stop_tree("child_exited")
             await self.calls.finish_current()
+            if self.verify is not None:
+                opens = self.breaker.total_opens
+                code = await asyncio.to_thread(self.verify.finish, code, self.keeper.idle)
+                if self.breaker.total_opens > opens and (self.breaker.final or self.settings.on_open == "stop"):
+                    code = EXIT_FOR_GOOD  # a verdict on the last iterations opened the breaker for good
         finally:
             self._finish(code)  # whatever went wrong in the bookkeeping, the child's code is the answer
 
@@ -481,7 +498,7 @@ class Supervisor:
         self.silence.restart(time.time())
         if self.actions.paused:
             await self.actions.resume(self.tracker.number)
-        elif self.child is None and not self._exiting():
+        elif self.child is None and not self._exiting() and not self._ended_by_itself:
             self._restart_pending = False
             self._spawn()
 
@@ -538,6 +555,8 @@ class Supervisor:
         self.metrics.add_cost(report.cost_usd or 0.0)
         self.metrics.daily_spend(tokens=spend.tokens, cost_usd=spend.cost_usd)
         self.records.attempt(report)
+        if self.verify is not None:
+            self.verify.observed(report)
         if report.number % TRIM_EVERY == 0:
             release_free_memory()
         decision = self.breaker.observe(report, now, daily_tokens_today=spend.tokens,
@@ -646,6 +665,7 @@ class Supervisor:
         data["tree"] = [{"pid": stat.pid, "name": stat.name, "status": stat.state,
                          "cpu_s": round(stat.cpu_ticks / CLOCK_TICKS, 2)} for stat in members[:50]]
         data["snapshots"] = self.keeper.status()
+        data["verify"] = self.verify.status() if self.verify is not None else None
         data["tap"] = {"bytes_read": self.tap.counters.bytes_read,
                        "analysis_dropped_bytes": self.analysis.dropped_bytes,
                        "analysis_lag_bytes": self.analysis.lag_bytes,
@@ -694,6 +714,27 @@ class Supervisor:
         decision = self.breaker.destructive_open(reason, time.time())
         if decision.changed:
             self._spawn_task(self.apply(decision))
+
+    def _verified_threadsafe(self, judged: Judged, run: VerifyRun) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._verified, judged, run)
+        except RuntimeError:
+            pass
+
+    def _verified(self, judged: Judged, run: VerifyRun) -> None:
+        """A verify's verdicts, after its iteration was judged: they may open, never undo an open."""
+        r = run.results if run.verified else None
+        self.metrics.verified(seconds=run.seconds, counts=None if r is None else {
+            "passed": r.passed, "failed": r.failed, "errors": r.errors, "skipped": r.skipped})
+        if judged.progress:
+            self.breaker.verified_progress()
+        tripping = [v for v in judged.verdicts if v.trip]
+        if tripping and not self._exiting():
+            if tripping[0].trigger == "tampering" and run.previous_snapshot is not None:
+                self.keeper.hold("tampering", run.previous_snapshot)  # the escalation names the tests before
+            decision = self.breaker.verdict_open(tripping[0].trigger, tripping[0].reason, time.time())
+            if decision.changed:
+                self._spawn_task(self.apply(decision))
 
     # ------------------------------------------------------------------ the tick
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 PRECEDENCE: tuple[str, ...] = (
     "blocked",
     "destructive",
+    "tampering",
     "same-error",
     "consecutive-failures",
+    "regression",
+    "false-completion",
     "paraphrase",
     "no-progress",
     "output-decline",
@@ -41,7 +44,7 @@ CAPS: frozenset[str] = frozenset({"token-budget", "cost-budget", "daily-budget",
 FINAL: frozenset[str] = frozenset({"blocked", *CAPS})
 """Triggers that stop the run at once, whatever `--on-open` says: waiting cannot clear them."""
 
-HUMAN_ONLY: frozenset[str] = frozenset({"destructive"})
+HUMAN_ONLY: frozenset[str] = frozenset({"destructive", "tampering"})
 """Triggers whose open never ends by a cooldown: the tree waits for a human (like `manual`), but they count."""
 
 WAITS_FOR_HUMAN: frozenset[str] = frozenset({*HUMAN_ONLY, MANUAL})

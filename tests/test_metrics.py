@@ -82,6 +82,19 @@ def test_a_scrape_over_loopback_shows_what_the_supervisor_reported(metrics: Metr
     assert value(text, "ralph_supervise_snapshot_bytes") == 123_456
 
 
+def test_a_verify_shows_its_tests_by_outcome_and_its_time(metrics: Metrics):
+    port = metrics.serve(0)
+    metrics.verified(seconds=2.5, counts={"passed": 41, "failed": 2, "errors": 0, "skipped": 1})
+    metrics.verified(seconds=600.0, counts=None)  # unverified: the counts of the last verified one stay
+    text = scrape(port)
+    assert value(text, "ralph_supervise_tests", outcome="passed") == 41
+    assert value(text, "ralph_supervise_tests", outcome="failed") == 2
+    assert value(text, "ralph_supervise_tests", outcome="skipped") == 1
+    assert value(text, "ralph_supervise_verify_seconds") == 600.0
+    assert value(text, "ralph_supervise_verifies_total", result="failed") == 1
+    assert value(text, "ralph_supervise_verifies_total", result="unverified") == 1
+
+
 def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metrics):
     port = metrics.serve(0)
     text = scrape(port)
@@ -89,8 +102,12 @@ def test_every_metric_is_present_as_zero_before_anything_happens(metrics: Metric
                  "tree_stops_total", "tree_survivors_total", "breaker_state", "tree_processes",
                  "child_running", "iteration_started_timestamp_seconds", "breaker_final", "iteration",
                  "cost_usd_total", "limit_wait_until_timestamp_seconds",
-                 "snapshots", "snapshot_bytes"):
+                 "snapshots", "snapshot_bytes", "verify_seconds"):
         assert value(text, f"ralph_supervise_{name}") == 0
+    for outcome in ("passed", "failed", "errors", "skipped"):
+        assert value(text, "ralph_supervise_tests", outcome=outcome) == 0
+    for result in ("passed", "failed", "unverified"):
+        assert value(text, "ralph_supervise_verifies_total", result=result) == 0
     for trigger in KNOWN_TRIGGERS:
         assert value(text, "ralph_supervise_breaker_opens_total", trigger=trigger) == 0
     for kind in BUDGET_KINDS:

@@ -239,6 +239,16 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             ) | same(st.integers(0, 2**40))
         case "agent":
             return st.sampled_from(["auto", "claude", "codex"]).map(lambda v: (v, v))
+        case "verify":
+            return st.sampled_from(["pytest -q", "npm test", ""]).map(lambda v: (v, v or None))
+        case "verify_timeout":
+            return st.floats(1e-3, 1e6).map(lambda v: (v, v)) | st.integers(1, 10**6).map(lambda v: (v, float(v)))
+        case "regression" | "no_verified_progress":
+            return same(st.integers(0, 1000))
+        case "tampering":
+            return st.sampled_from(["trip", "warn", "off", "WARN"]).map(lambda v: (v, v.lower()))
+        case "false_completion":
+            return st.sampled_from(["on", "off", "Off"]).map(lambda v: (v, v.lower()))
         case "name":
             return st.sampled_from(["api", "web loop", ""]).map(lambda v: (v, v or None))
         case "notify":

@@ -9,8 +9,11 @@ def test_precedence_follows_the_documented_order() -> None:
     assert PRECEDENCE == (
         "blocked",
         "destructive",
+        "tampering",
         "same-error",
         "consecutive-failures",
+        "regression",
+        "false-completion",
         "paraphrase",
         "no-progress",
         "output-decline",

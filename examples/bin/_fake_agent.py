@@ -24,6 +24,7 @@ comes from "Loop #N" in the arguments, else a counter file.
 FAKE_AGENT_CALLS_DIR (or FAKE_CLAUDE_CALLS_DIR), when set, names a folder of shell scripts, one per call: call N
 runs N.sh there (with `sh`, in the workspace), whatever the scenario, then answers like `progress` (without a file
 of its own). This is how the tests play an agent that runs `git clean -fd`, `rm -rf src` or `git reset --hard`.
+A file N.done beside N.sh makes call N say the work is done ("all tests pass", EXIT_SIGNAL: true).
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def play(argv: list[str]) -> Call:
     script = Path(calls_dir) / f"{n}.sh" if calls_dir else None
     if script is not None and script.is_file():
         code = subprocess.call(["sh", str(script)])
+        if script.with_suffix(".done").is_file():
+            return Call("reply", n, f"Ran step {n} (exit {code}). All tests pass: the work is complete."
+                        + status_block("COMPLETE", 1, True, "nothing left to do"), tokens)
         return Call("reply", n, f"Ran step {n} (exit {code})." + status_block("IN_PROGRESS", 1, False, "continue"),
                     tokens)
     if scenario == "progress":

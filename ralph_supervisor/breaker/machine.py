@@ -321,6 +321,20 @@ class Breaker:
         decision = (self._reopen if s.state is State.HALF_OPEN else self._open)("destructive", reason, now)
         return decision if decision.final else replace(decision, cooldown_s=0.0)
 
+    def verdict_open(self, trigger: str, reason: str, now: float) -> Decision:
+        """A verify's verdict on an iteration already judged (`regression`, `tampering`, `false-completion`):
+        it opens a CLOSED breaker, fails a HALF_OPEN trial, and never undoes or replaces an open. A trigger
+        that waits for a human (`tampering`) has no cooldown, like `destructive`."""
+        s = self._s
+        if s.state is State.OPEN:
+            return self._none()
+        decision = (self._reopen if s.state is State.HALF_OPEN else self._open)(trigger, reason, now)
+        return decision if decision.final or trigger not in WAITS_FOR_HUMAN else replace(decision, cooldown_s=0.0)
+
+    def verified_progress(self) -> None:
+        """A verify found a failing test fixed: that is progress, whatever the file fingerprint said."""
+        self._s = replace(self._s, consecutive_no_progress=0)
+
     def resume(self, now: float) -> Decision:
         """`resume` from the CLI: end any OPEN now (even a final one: a human decided) and start the trial."""
         s = self._s

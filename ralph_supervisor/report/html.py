@@ -13,8 +13,10 @@ import json
 from functools import lru_cache
 from html import escape
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import Account, IterationRow, stamp
 from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.text import one_line
@@ -336,6 +338,7 @@ def render_html(a: Account) -> str:
         "<noscript><p>The plot needs JavaScript; the table below holds the same facts.</p></noscript>",
         _marks_list(a), "</section>",
         "<section><h2>Iterations</h2>", _table(a.iterations), "</section>",
+        verified.section(verified.read_points(Path(a.state_dir)), a.iterations) if a.state_dir else "",
         _sections(a),
         f'<p class="dim">Written {_e(stamp(a.generated_at))} from {_e(a.state_dir)}.</p>',
         "</main>",

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
+from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import (
     Account,
     IterationRow,
@@ -147,6 +149,7 @@ def render_markdown(a: Account) -> str:
             out += [f"The last {len(shown)} of {len(a.iterations)} iterations (`--json` has them all):", ""]
         out += timeline_table(shown)
 
+    out += verified.markdown(verified.read_points(Path(a.state_dir))) if a.state_dir else []
     out += ["", "## Commits and diffstat since the run began", ""]
     g = a.git
     if g.note:
