@@ -181,7 +181,7 @@ function renderLoop() {
     parts.push(section("Verdict", el("p", {"data-verdict": "", text: v.line || v.status || "?"})));
     parts.push(section("Timeline", plotBox));
     if (report.last_reply) parts.push(section(`Last reply (iteration ${report.last_reply.iteration})`, el("div", {class: "reply", text: report.last_reply.text})));
-    if (report.decide && report.decide.length) parts.push(section("To decide", el("ul", {}, ...report.decide.map((d) => el("li", {text: d})))));
+    if (report.decide && report.decide.length) parts.push(section("To decide", el("ul", {}, ...report.decide.map((d) => el("li", {text: d.replace(/^- /, "")})))));
     if (report.errors && report.errors.length) parts.push(section("Errors", el("ul", {}, ...report.errors.map((e) => el("li", {text: `${e.count}× (it${e.first}–${e.last}) ${e.sample || e.signature}`})))));
     if (report.blockers && report.blockers.length) parts.push(section("Blockers", el("ul", {}, ...report.blockers.map((b) => el("li", {text: `${b.count}× ${b.text}`})))));
     if (report.escalation) parts.push(section("Escalation", el("pre", {text: report.escalation})));
