@@ -108,8 +108,7 @@ def test_the_page_pauses_resumes_and_stops_a_loop_and_shows_an_open_live(tmp_pat
             confirm.click()
         assert answer.value.json() == {"ok": True, "message": "the tree is stopped; the supervisor exits"}
         assert busy.wait(timeout=60) == 0
-        assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")] or all(
-            frozen([pid]) is False for pid in pids)
+        wait_for(lambda: not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], what="the stopped tree gone")
         expect(page.locator("article.card")).to_have_count(1, timeout=30_000)  # gone, no reload
         assert page.evaluate("window.__notReloaded") is True
     finally:

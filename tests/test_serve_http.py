@@ -260,6 +260,12 @@ def test_the_streams_show_an_open_a_new_loop_and_a_loop_that_ends_without_a_relo
         latency = seen_at - (parse_time(opened[0]["ts"]) or 0)
         print(f"breaker open to the page's stream: {latency * 1000:.0f} ms")
         assert 0 <= latency < 3.0, latency  # target under 1 s (docs/benchmarks.md); the poll is every 0.25 s
+        wait_for(lambda: (tmp_path / "stuck" / ".ralph-supervise" / "report.html").exists(), what="report.html")
+        report = http(serve.port, "GET", f"/loop/{loop_id}/report.html", cookie=cookie)
+        assert report.status == 200 and report.headers["content-security-policy"].startswith("sandbox allow-scripts;")
+        escalation = http(serve.port, "GET", f"/loop/{loop_id}/escalation.md", cookie=cookie)
+        assert escalation.status == 200 and escalation.headers["content-type"].startswith("text/plain")
+        assert escalation.headers["content-security-policy"].startswith("sandbox")
         other = supervise(tmp_path / "other")
         listing.until(lambda k, d: k == "loops" and len(d["loops"]) == 2, "the new loop")
         other.terminate()
