@@ -110,6 +110,13 @@ async def _serve(settings: Any, token: str) -> int:
           flush=True)
     if settings.public_url:
         print(f"ralph-supervise serve: people reach it at {settings.public_url}/", flush=True)
+    from ralph_supervisor.serve import announce
+
+    try:  # so the supervisors' notices link to the loops' pages (the address only, never the token)
+        announce.announce(settings.public_url or f"http://{shown}:{port}")
+    except OSError as exc:
+        print(f"ralph-supervise serve: notices will not link here: cannot write {announce.path()}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -117,5 +124,6 @@ async def _serve(settings: Any, token: str) -> int:
     try:
         await stop.wait()
     finally:
+        announce.withdraw()
         await runner.cleanup()
     return 0
