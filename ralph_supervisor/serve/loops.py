@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from ralph_supervisor.watch import JsonlFollower
 
 EVENTS_KEPT = 200
 """Events a loop's page shows (and keeps in memory per loop)."""
-EVENT_TAIL_BYTES = 256 * 1024
+EVENT_TAIL_BYTES = 64 * 1024
 """Most bytes of events.jsonl read when a loop is first seen (or its log rotated)."""
 SPARK_ITERATIONS = 30
 REPLY_CHARS = 300
@@ -68,6 +69,10 @@ class _Follower(JsonlFollower):
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
+    return _stamp_str(str(path))
+
+
+def _stamp_str(path: str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -139,89 +144,88 @@ class Loop:
     follower: _Follower | None = None
     state_stamp: tuple[int, int, int] | None = None
     events_stamp: tuple[int, int, int] | None = None
+    alive: bool | None = None
+    alive_checked: float = float("-inf")
     fresh_events: list[dict[str, Any]] = field(default_factory=list)
     """Events appended since the last poll (the page's live feed); the poller hands them out and clears them."""
 
-    @property
-    def state_dir(self) -> Path:
-        return Path(self.entry.state_dir)
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.entry.state_dir)
+        self._state_file = str(state_json.path(self.state_dir))   # strings: a poll stats them many times
+        self._events_file = str(events_jsonl.path(self.state_dir))
 
     def events(self) -> list[dict[str, Any]]:
         return [public_event(r) for r in (self.follower.records if self.follower else ())]
 
 
+ALIVE_EVERY_S = 1.0
+"""How often a loop's supervisor is looked up in /proc (a SIGKILLed one leaves no file change behind)."""
+
+
 class Loops:
     """Every loop of the registry, re-read where its files changed."""
 
-    def __init__(self, dirs: list[Path] | None = None) -> None:
+    def __init__(self, dirs: list[Path] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.dirs = dirs
+        self.clock = clock
         self.loops: dict[str, Loop] = {}
         self._registry_stamp: tuple[Any, ...] | None = None
+        self._boot = registry.current_boot_id()
         self.problems: list[str] = []
 
-    def _registry_signature(self) -> tuple[Any, ...]:
-        dirs = registry.reading_dirs() if self.dirs is None else self.dirs
-        parts: list[Any] = []
-        for folder in dirs:
-            try:
-                names = sorted(os.listdir(folder))
-            except OSError:
-                parts.append((str(folder), None))
-                continue
-            parts.append((str(folder), tuple((n, _stamp(folder / n)) for n in names if n.endswith(".json"))))
-        return tuple(parts)
+    def _folders(self) -> list[Path]:
+        return registry.reading_dirs() if self.dirs is None else self.dirs
+
+    def _registry_signature(self, folders: list[Path]) -> tuple[Any, ...]:
+        """The folders' own stamps: every entry is written by a rename and removed by an unlink, so a
+        folder's mtime moves whenever an entry comes, changes or goes."""
+        return tuple((str(folder), _stamp(folder)) for folder in folders)
 
     def poll(self) -> set[str]:
         """Re-read what changed; the ids of the loops that came, went or changed."""
         changed: set[str] = set()
-        signature = self._registry_signature()
+        folders = self._folders()
+        signature = self._registry_signature(folders)
         if signature != self._registry_stamp:
             self._registry_stamp = signature
-            changed |= self._reload_registry()
+            changed |= self._reload_registry(folders)
+        now = self.clock()
         for loop in self.loops.values():
-            if self._refresh(loop):
+            if self._refresh(loop, now):
                 changed.add(loop.id)
         return changed
 
-    def _reload_registry(self) -> set[str]:
-        rows, problems, _prunable = fleet.collect(self.dirs)
-        self.problems = problems
+    def _reload_registry(self, folders: list[Path]) -> set[str]:
+        listings = [registry.read_registry(folder) for folder in folders]
+        self.problems = [p for listing in listings if not listing.missing for p in listing.problems]
         seen: dict[str, Loop] = {}
         changed: set[str] = set()
-        for row in rows:
-            entry = self._entry_of(row)
-            if entry is None:
-                continue
-            ident = loop_id(row.entry)
-            loop = self.loops.get(ident)
-            if loop is None or loop.entry != entry:
-                loop = Loop(ident, entry)
-                changed.add(ident)
-            loop.row["alive"] = row.alive
-            seen[ident] = loop
+        for listing in listings:
+            for entry in listing.entries:
+                ident = loop_id(entry.path)
+                if ident in seen:
+                    continue
+                loop = self.loops.get(ident)
+                if loop is None or loop.entry != entry:
+                    loop = Loop(ident, entry)
+                    changed.add(ident)
+                seen[ident] = loop
         changed |= set(self.loops) - set(seen)
         self.loops = seen
         return changed
 
-    @staticmethod
-    def _entry_of(row: fleet.LoopRow) -> registry.Entry | None:
-        path = Path(row.entry)
-        try:
-            with open(path, "rb") as fh:
-                return registry.parse_entry(path, fh.read(registry.ENTRY_MAX_BYTES))
-        except (OSError, ValueError):
-            return None
-
-    def _refresh(self, loop: Loop) -> bool:
-        state_stamp = _stamp(state_json.path(loop.state_dir))
-        events_stamp = _stamp(events_jsonl.path(loop.state_dir))
-        alive = registry.is_alive(loop.entry, registry.start_ticks(loop.entry.pid), registry.current_boot_id())
-        if (state_stamp == loop.state_stamp and events_stamp == loop.events_stamp and loop.row
-                and loop.row.get("alive") == alive):
+    def _refresh(self, loop: Loop, now: float) -> bool:
+        state_stamp = _stamp_str(loop._state_file)
+        events_stamp = _stamp_str(loop._events_file)
+        alive = loop.alive
+        if alive is None or now - loop.alive_checked >= ALIVE_EVERY_S:
+            alive = registry.is_alive(loop.entry, registry.start_ticks(loop.entry.pid), self._boot)
+            loop.alive_checked = now
+        if state_stamp == loop.state_stamp and events_stamp == loop.events_stamp and alive == loop.alive:
             return False
-        loop.state_stamp, loop.events_stamp = state_stamp, events_stamp
+        loop.state_stamp, loop.events_stamp, loop.alive = state_stamp, events_stamp, alive
         if loop.follower is None:
-            loop.follower = _Follower(events_jsonl.path(loop.state_dir))
+            loop.follower = _Follower(Path(loop._events_file))
         loop.follower.poll()
         fresh, reloaded = loop.follower.take_fresh()
         if not reloaded:
