@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client as httpclient
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,19 @@ def test_garbage_in_the_registry_and_a_dead_supervisor_are_shown_not_fatal(tmp_p
         assert reset.status == 200 and reset.json()["message"] == "breaker reset to CLOSED"
         assert json.loads((state_dir / "state.json").read_text())["state"] == "CLOSED"
         assert http(serve.port, "GET", f"/api/loop/{row['id']}", cookie=cookie).status == 200
+        mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)   # a control socket that never answers
+        mute.bind(str(state_dir / "control.sock"))
+        mute.listen(4)
+        def read_and_hang_up() -> None:
+            conn = mute.accept()[0]
+            conn.recv(4096)
+            conn.close()
+
+        closer = threading.Thread(target=read_and_hang_up, daemon=True)
+        closer.start()
+        silent = post_action(serve, cookie, token, row["id"], "resume")
+        assert silent.status == 502 and "without answering" in silent.json()["error"], silent.text
+        mute.close()
         assert http(serve.port, "GET", "/api/loop/nope", cookie=cookie).status == 404
     finally:
         code, _err = serve.stop()

@@ -106,6 +106,7 @@ class Server:
         self.loops = loops if loops is not None else Loops()
         self.clock = clock
         self.limiter = auth.FailureLimiter()
+        self._noted = auth.FailureLimiter()
         self.hub = Hub()
         self._last_poll = 0.0
         self._reports: dict[str, float] = {}
@@ -148,8 +149,8 @@ class Server:
         client = request.remote or "?"
         host = request.headers.get("Host")
         if not auth.host_allowed(host, self.settings.host, self.allowed_hosts):
-            say(f"refused a request from {client} for Host {host!r} (not this server's name; "
-                "--allowed-host adds one)")
+            self._note(client, f"refused a request from {client} for Host {host!r} (not this server's name; "
+                               "--allowed-host adds one)")
             return _text(403, "refused: this server does not answer to that Host name (see --allowed-host)")
         now = self.clock()
         code = request.query.get("code")
@@ -169,8 +170,8 @@ class Server:
             return self._failed(client, now, request, why)
         if request.method not in ("GET", "HEAD"):
             if not auth.origin_allowed(request.headers.get("Origin"), host, self.settings.public_url):
-                say(f"refused a {request.method} {request.path} from {client}: Origin "
-                    f"{request.headers.get('Origin')!r} is not this page's")
+                self._note(client, f"refused a {request.method} {request.path} from {client}: Origin "
+                                   f"{request.headers.get('Origin')!r} is not this page's")
                 return _text(403, "refused: the request does not come from this page (Origin)")
             if not auth.page_token_valid(self.token, request.headers.get("X-Page-Token")):
                 return self._failed(client, now, request, "a wrong or missing page token",
@@ -179,6 +180,11 @@ class Server:
             return await handler(request)
         except web.HTTPException as exc:  # 404s and the like: a short line, with the same headers
             return _text(exc.status, (exc.text or exc.reason or "").strip())
+
+    def _note(self, client: str, line: str) -> None:
+        """A refusal's line on stderr, at most `limit` a minute per client (a flood is not a flood of lines)."""
+        if self._noted.failed(client, self.clock()) <= self._noted.limit:
+            say(line)
 
     def _failed(self, client: str, now: float, request: web.Request, why: str,
                 message: str = "", status: int = 401) -> web.Response:
