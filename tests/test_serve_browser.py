@@ -110,6 +110,7 @@ def test_the_page_pauses_resumes_and_stops_a_loop_and_shows_an_open_live(tmp_pat
         assert busy.wait(timeout=60) == 0
         wait_for(lambda: not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], what="the stopped tree gone")
         expect(page.locator("article.card")).to_have_count(1, timeout=30_000)  # gone, no reload
+        assert "busy has ended. stop: the tree is stopped" in page.locator("p[data-ended]").inner_text()
         assert page.evaluate("window.__notReloaded") is True
     finally:
         finish(serve, busy, stuck)

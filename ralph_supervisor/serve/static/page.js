@@ -9,6 +9,7 @@ const answers = {};     // loop id -> {text, bad}: the supervisor's last answer,
 const confirming = {};  // loop id -> true while "Stop this loop?" is asked
 const pending = {};     // loop id -> the action waiting for the supervisor's answer
 let lastRows = [];
+const names = {};       // loop id -> its name, for the line left when the loop is gone
 let current = {row: null, report: null, events: [], gone: false};
 
 function el(tag, attrs, ...children) {
@@ -142,9 +143,14 @@ function card(row, linked) {
 
 function renderList(data) {
   lastRows = data.loops || [];
+  for (const row of lastRows) names[row.id] = row.name;
   const main = document.getElementById("main");
   const parts = [];
   for (const problem of data.problems || []) parts.push(el("p", {class: "banner", text: problem}));
+  const listed = new Set(lastRows.map((row) => row.id));
+  for (const [id, answer] of Object.entries(answers)) {  // a loop that ended after an action: its last answer stays
+    if (!listed.has(id) && !answer.bad) parts.push(el("p", {class: "banner", "data-ended": id, text: `${names[id] || id} has ended. ${answer.text}`}));
+  }
   if (!lastRows.length) parts.push(el("p", {class: "muted", text: "No loop is running. Start one with ralph-supervise -- ./loop.sh; it appears here."}));
   parts.push(el("div", {class: "grid", id: "loops"}, ...lastRows.map((row) => card(row, true))));
   main.replaceChildren(...parts);
