@@ -428,6 +428,20 @@ def ask_supervisor(state_dir: Path, name: str) -> tuple[int, dict[str, Any]]:
     return 200, answer
 
 
+ESCALATION_CHARS = 64 * 1024
+
+
+def _escalation_text(state_dir: Path) -> str | None:
+    """escalation.md's text (its first 64 KiB) when the breaker has opened, else None."""
+    from ralph_supervisor.files import escalation_md
+
+    try:
+        with open(escalation_md.path(state_dir), "rb") as fh:
+            return fh.read(ESCALATION_CHARS).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
 def loop_report(state_dir: Path) -> dict[str, Any]:
     """The report's content for the loop's page (no git: the page must stay light), JSON-ready."""
     from ralph_supervisor.report import collect
@@ -451,6 +465,6 @@ def loop_report(state_dir: Path) -> dict[str, Any]:
         "last_reply": dataclasses.asdict(account.last_reply) if account.last_reply else None,
         "decide": list(account.decide),
         "next_steps": list(account.next_steps),
-        "escalation": account.escalation,
+        "escalation": _escalation_text(state_dir),
         "warnings": list(account.warnings),
     }

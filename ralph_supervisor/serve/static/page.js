@@ -157,13 +157,16 @@ function renderList(data) {
 }
 
 let plot = null;
+let escalationOpen = false;   // kept across re-renders, like the answers
 function drawPlot(container, data) {
   if (plot) { plot.destroy(); plot = null; }
   if (!data || !data.n || !data.n.length) { container.textContent = "No iteration has finished yet."; return; }
   if (typeof uPlot === "undefined") { container.textContent = "The plot library did not load."; return; }
   const width = Math.max(200, container.clientWidth || 300);
   plot = new uPlot({
-    width, height: 160, scales: {x: {time: false}},
+    width, height: 160,
+    scales: {x: {time: false}, y: {range: (u, min, max) => [0, Math.max(1, max)]}},
+    axes: [{incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]}, {}],
     series: [{label: "iteration"}, {label: "files changed", stroke: "#4a7fc1", width: 2},
              {label: "errors", stroke: "#c44", width: 2}],
   }, [data.n, data.files, data.errors], container);
@@ -190,12 +193,17 @@ function renderLoop() {
     if (report.decide && report.decide.length) parts.push(section("To decide", el("ul", {}, ...report.decide.map((d) => el("li", {text: d.replace(/^- /, "")})))));
     if (report.errors && report.errors.length) parts.push(section("Errors", el("ul", {}, ...report.errors.map((e) => el("li", {text: `${e.count}× (it${e.first}–${e.last}) ${e.sample || e.signature}`})))));
     if (report.blockers && report.blockers.length) parts.push(section("Blockers", el("ul", {}, ...report.blockers.map((b) => el("li", {text: `${b.count}× ${b.text}`})))));
-    if (report.escalation) parts.push(section("Escalation", el("pre", {text: report.escalation})));
     const rows = (report.iterations || []).map((r) => el("tr", {}, el("td", {text: r.n}), el("td", {text: r.outcome}),
       el("td", {text: r.files}), el("td", {text: r.errors}), el("td", {text: r.note})));
     parts.push(section("Iterations", el("div", {class: "table-wrap"}, el("table", {},
       el("tr", {}, el("th", {text: "#"}), el("th", {text: "outcome"}), el("th", {text: "files"}), el("th", {text: "errors"}), el("th", {text: "note"})),
       ...rows))));
+    if (report.escalation) {
+      const details = el("details", {open: escalationOpen}, el("summary", {text: "escalation.md"}),
+                         el("pre", {"data-escalation": "", text: report.escalation}));
+      details.addEventListener("toggle", () => { escalationOpen = details.open; });
+      parts.push(section("Escalation", details));
+    }
   } else if (report && report.error) {
     parts.push(el("p", {class: "banner", text: report.error}));
   }
