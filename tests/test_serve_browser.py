@@ -111,6 +111,7 @@ def test_the_page_pauses_resumes_and_stops_a_loop_and_shows_an_open_live(tmp_pat
         wait_for(lambda: not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], what="the stopped tree gone")
         expect(page.locator("article.card")).to_have_count(1, timeout=30_000)  # gone, no reload
         assert "busy has ended. stop: the tree is stopped" in page.locator("p[data-ended]").inner_text()
+        assert page.evaluate("window.__notReloaded") is True
 
         stuck_card.locator("h2 a").click()                           # the loop's own page: the report's content
         page.locator("[data-verdict]", has_text="no-progress").wait_for(timeout=30_000)
@@ -118,7 +119,6 @@ def test_the_page_pauses_resumes_and_stops_a_loop_and_shows_an_open_live(tmp_pat
         assert "the circuit breaker opened" in page.locator("[data-escalation]").inner_text()
         assert page.locator("a", has_text="report.html").get_attribute("href").endswith("/report.html")
         assert page.locator("#events li").count() > 3
-        assert page.evaluate("window.__notReloaded") is True
     finally:
         finish(serve, busy, stuck)
 

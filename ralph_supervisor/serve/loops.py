@@ -144,6 +144,8 @@ class Loop:
     follower: _Follower | None = None
     state_stamp: tuple[int, int, int] | None = None
     events_stamp: tuple[int, int, int] | None = None
+    others_stamp: tuple[Any, ...] = ()
+    """escalation.md and report.html: the row links to them once they exist."""
     alive: bool | None = None
     alive_checked: float = float("-inf")
     fresh_events: list[dict[str, Any]] = field(default_factory=list)
@@ -153,6 +155,7 @@ class Loop:
         self.state_dir = Path(self.entry.state_dir)
         self._state_file = str(state_json.path(self.state_dir))   # strings: a poll stats them many times
         self._events_file = str(events_jsonl.path(self.state_dir))
+        self._other_files = (str(escalation_md.path(self.state_dir)), str(self.state_dir / "report.html"))
 
     def events(self) -> list[dict[str, Any]]:
         return [public_event(r) for r in (self.follower.records if self.follower else ())]
@@ -221,9 +224,11 @@ class Loops:
         if alive is None or now - loop.alive_checked >= ALIVE_EVERY_S:
             alive = registry.is_alive(loop.entry, registry.start_ticks(loop.entry.pid), self._boot)
             loop.alive_checked = now
-        if state_stamp == loop.state_stamp and events_stamp == loop.events_stamp and alive == loop.alive:
+        others = tuple(os.path.exists(p) for p in loop._other_files)
+        if (state_stamp == loop.state_stamp and events_stamp == loop.events_stamp and alive == loop.alive
+                and others == loop.others_stamp):
             return False
-        loop.state_stamp, loop.events_stamp, loop.alive = state_stamp, events_stamp, alive
+        loop.state_stamp, loop.events_stamp, loop.alive, loop.others_stamp = state_stamp, events_stamp, alive, others
         if loop.follower is None:
             loop.follower = _Follower(Path(loop._events_file))
         loop.follower.poll()
