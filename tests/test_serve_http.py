@@ -58,6 +58,7 @@ class Stream:
         self.response = self.conn.getresponse()
         assert self.response.status == 200
         assert self.response.getheader("Content-Type", "").startswith("text/event-stream")
+        assert self.response.getheader("Content-Security-Policy", "").startswith("default-src 'self'")
 
     def next(self) -> tuple[str, Any]:
         kind, data = "", []

@@ -62,6 +62,16 @@ def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, text=json.dumps(data, default=str), content_type="application/json")
 
 
+def secure(headers: Any) -> None:
+    """The headers every answer carries: the CSP (the page's own unless the handler set a sandbox), no
+    sniffing, no referrer (the address may have held the one-time code), no framing, no caching."""
+    headers.setdefault("Content-Security-Policy", CSP)
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers["Referrer-Policy"] = "no-referrer"
+    headers["X-Frame-Options"] = "DENY" if headers["Content-Security-Policy"] == CSP else "SAMEORIGIN"
+    headers.setdefault("Cache-Control", "no-store")
+
+
 class Hub:
     """The live streams: each listener has a bounded queue; one that does not keep up is dropped."""
 
@@ -137,12 +147,8 @@ class Server:
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await self._checked(request, handler)
-        headers = response.headers
-        headers.setdefault("Content-Security-Policy", CSP)
-        headers["X-Content-Type-Options"] = "nosniff"
-        headers["Referrer-Policy"] = "no-referrer"
-        headers["X-Frame-Options"] = "DENY" if headers["Content-Security-Policy"] == CSP else "SAMEORIGIN"
-        headers.setdefault("Cache-Control", "no-store")
+        if not response.prepared:  # a stream sent its headers itself, before its first event
+            secure(response.headers)
         return response
 
     async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -297,6 +303,7 @@ class Server:
             first = [("row", loop.row)]
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                                "X-Accel-Buffering": "no"})
+        secure(response.headers)
         await response.prepare(request)
         queue = self.hub.add(loop_id)
         try:
