@@ -53,17 +53,23 @@ class Stream:
     """A server-sent events stream, read event by event."""
 
     def __init__(self, port: int, path: str, cookie: str) -> None:
-        self.conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=20)
         self.conn.request("GET", path, headers={"Cookie": f"ralph_serve={cookie}"})
         self.response = self.conn.getresponse()
         assert self.response.status == 200
         assert self.response.getheader("Content-Type", "").startswith("text/event-stream")
         assert self.response.getheader("Content-Security-Policy", "").startswith("default-src 'self'")
 
-    def next(self) -> tuple[str, Any]:
+    def next(self, deadline: float | None = None) -> tuple[str, Any]:
         kind, data = "", []
         while True:
-            line = self.response.fp.readline().decode()
+            if deadline is not None and self.conn.sock is not None:
+                self.conn.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                raw = self.response.fp.readline()
+            except TimeoutError:
+                raise AssertionError("no event on the stream in time") from None
+            line = raw.decode()
             if not line:
                 raise AssertionError("the stream ended")
             line = line.rstrip("\n")
@@ -79,7 +85,7 @@ class Stream:
     def until(self, test, what: str, timeout: float = 30.0) -> tuple[str, Any, float]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            kind, data = self.next()
+            kind, data = self.next(deadline)
             if test(kind, data):
                 return kind, data, time.time()
         raise AssertionError(f"no {what} on the stream in {timeout} s")
@@ -290,3 +296,45 @@ def test_the_streams_show_an_open_a_new_loop_and_a_loop_that_ends_without_a_relo
         listing.close()
     finally:
         finish(serve, stuck, *([other] if other else []))
+
+
+def test_a_change_read_by_a_request_still_reaches_the_streams_and_a_held_back_report_follows(
+        tmp_path: Path, private_registry: Path):
+    """The files are read by the poller or by a request, whichever comes first: the streams hear of it either
+    way; the report, rebuilt at most once a second, is sent once the last change has settled."""
+    workspace = tmp_path / "proj"
+    state_dir = workspace / ".ralph-supervise"
+    state_dir.mkdir(parents=True)
+    (state_dir / "state.json").write_text('{"state": "CLOSED", "trigger": "none", "iteration": 1}')
+    (state_dir / "events.jsonl").write_text(json.dumps({"event": "supervisor_started", "ts": "2026-12-01T09:00:00.000Z",
+                                                        "workspace": str(workspace)}) + "\n")
+    private_registry.mkdir(parents=True, exist_ok=True)
+    import os
+
+    entry = registry.Entry(path=private_registry / registry.entry_file_name(workspace, state_dir), pid=os.getpid(),
+                           workspace=str(workspace), state_dir=str(state_dir), name="proj", started_at="",
+                           start_ticks=registry.start_ticks(os.getpid()), boot_id=registry.current_boot_id())
+    entry.path.write_text(json.dumps(entry.to_dict()))
+    serve = start_serve(tmp_path / "home")
+    try:
+        cookie = sign_in(serve)
+        loop_id = wait_loops(serve, cookie, 1)[0]["id"]
+        page = Stream(serve.port, f"/api/loop/{loop_id}/stream", cookie)
+        assert page.next()[0] == "row"
+        for number, state in ((1, "HALF_OPEN"), (2, "OPEN")):
+            with open(state_dir / "events.jsonl", "a") as fh:
+                for name in ("iteration_started", "iteration_finished"):
+                    fh.write(json.dumps({"event": name, "ts": f"2026-12-01T09:00:0{number}.000Z", "iteration": number,
+                                         "files_changed": 0, "outcome": "noop"}) + "\n")
+            (state_dir / "state.json").write_text(json.dumps({"state": state, "trigger": "no-progress", "iteration": 2,
+                                                              "reason": "stuck"}))
+            for _ in range(5):   # requests race the poller for the change
+                http(serve.port, "GET", "/api/loops", cookie=cookie)
+            page.until(lambda k, d, s=state: k == "row" and d["state"] == s, f"the row turning {state}", 10)
+        _kind, report, _at = page.until(lambda k, d: k == "report" and [r["n"] for r in d["iterations"]] == [2, 1],
+                                        "the report after the last change (held back, then sent)", 10)
+        assert report["plot"]["n"] == [1, 2]
+        page.close()
+    finally:
+        code, _err = serve.stop()
+    assert code == 0

@@ -120,6 +120,8 @@ class Server:
         self.hub = Hub()
         self._last_poll = 0.0
         self._reports: dict[str, float] = {}
+        self._reports_due: set[str] = set()
+        self._polling = asyncio.Lock()
         self._poller: asyncio.Task[None] | None = None
         self.allowed_hosts = settings.allowed_hosts + ((settings.public_host,) if settings.public_host else ())
 
@@ -226,7 +228,7 @@ class Server:
         return self._shell("list")
 
     async def loop_page(self, request: web.Request) -> web.StreamResponse:
-        loop = self._loop(request)
+        loop = await self._loop(request)
         return self._shell("loop", loop.id)
 
     async def static(self, request: web.Request) -> web.StreamResponse:
@@ -246,15 +248,15 @@ class Server:
         return web.Response(body=data, content_type=kind, charset="utf-8",
                             headers={"Cache-Control": "private, max-age=300"})
 
-    def _loop(self, request: web.Request) -> Loop:
-        self._poll_if_stale()
+    async def _loop(self, request: web.Request) -> Loop:
+        await self._poll_if_stale()
         loop = self.loops.get(request.match_info.get("id", ""))
         if loop is None:
             raise web.HTTPNotFound(text="no such loop (it may have ended; see the list)")
         return loop
 
     async def report_html(self, request: web.Request) -> web.StreamResponse:
-        loop = self._loop(request)
+        loop = await self._loop(request)
         try:
             data = (loop.state_dir / "report.html").read_bytes()
         except OSError:
@@ -263,7 +265,7 @@ class Server:
                             headers={"Content-Security-Policy": SANDBOX_CSP})
 
     async def escalation_md(self, request: web.Request) -> web.StreamResponse:
-        loop = self._loop(request)
+        loop = await self._loop(request)
         try:
             data = (loop.state_dir / "escalation.md").read_bytes()
         except OSError:
@@ -273,22 +275,21 @@ class Server:
 
     # ------------------------------------------------------------------ data
 
-    def _poll_if_stale(self) -> set[str]:
-        now = time.monotonic()
-        if now - self._last_poll < POLL_S:
-            return set()
-        self._last_poll = now
-        return self.loops.poll()
+    async def _poll_if_stale(self) -> None:
+        """A request reads fresh files (at most one poll per POLL_S), and what it finds reaches the streams."""
+        async with self._polling:
+            if time.monotonic() - self._last_poll >= POLL_S:
+                await self._poll_once()
 
     def _list_data(self) -> dict[str, Any]:
         return {"loops": self.loops.rows(), "problems": self.loops.problems, "public_url": self.settings.public_url}
 
     async def api_loops(self, request: web.Request) -> web.StreamResponse:
-        self._poll_if_stale()
+        await self._poll_if_stale()
         return _json(self._list_data())
 
     async def api_loop(self, request: web.Request) -> web.StreamResponse:
-        loop = self._loop(request)
+        loop = await self._loop(request)
         report = await asyncio.to_thread(loop_report, loop.state_dir)
         return _json({"row": loop.row, "events": loop.events(), "report": report})
 
@@ -296,10 +297,10 @@ class Server:
         loop_id = request.match_info.get("id")
         first: list[tuple[str, Any]]
         if loop_id is None:
-            self._poll_if_stale()
+            await self._poll_if_stale()
             first = [("loops", self._list_data())]
         else:
-            loop = self._loop(request)
+            loop = await self._loop(request)
             first = [("row", loop.row)]
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                                "X-Accel-Buffering": "no"})
@@ -350,15 +351,23 @@ class Server:
                 await self.hub.wake.wait()
             await asyncio.sleep(POLL_S)
             try:
-                await self._poll_once()
+                async with self._polling:
+                    await self._poll_once()
             except Exception as exc:  # noqa: BLE001 - a bad file must never end the live page
                 say(f"could not read the loops: {one_line(exc, 200)}")
 
     async def _poll_once(self) -> None:
-        before = set(self.loops.loops)
+        """Read what changed and tell every listener of it (whoever asked for the poll: the poller or a
+        request, so no change is read without being sent); a report held back by REPORT_MIN_S follows."""
         self._last_poll = time.monotonic()
         changed = self.loops.poll()
         watched = self.hub.watched()
+        for ident in list(self._reports_due):
+            loop = self.loops.loops.get(ident)
+            if loop is None or ident not in watched:
+                self._reports_due.discard(ident)
+            elif ident not in changed:
+                await self._push_report(loop)
         if not changed:
             return
         if None in watched:
@@ -372,16 +381,15 @@ class Server:
             if loop.fresh_events:
                 self.hub.send(ident, "events", loop.fresh_events)
             await self._push_report(loop)
-        for ident in before - set(self.loops.loops):
-            if ident in watched:
-                self.hub.send(ident, "gone", {"id": ident})
         for loop in self.loops.loops.values():
             loop.fresh_events = []
 
     async def _push_report(self, loop: Loop) -> None:
         now = time.monotonic()
         if now - self._reports.get(loop.id, 0.0) < REPORT_MIN_S:
+            self._reports_due.add(loop.id)
             return
+        self._reports_due.discard(loop.id)
         self._reports[loop.id] = now
         report = await asyncio.to_thread(loop_report, loop.state_dir)
         self.hub.send(loop.id, "report", report)
@@ -403,7 +411,7 @@ class Server:
                 return _text(400, "the request body must be empty or a JSON object")
             if not isinstance(parsed, dict):
                 return _text(400, "the request body must be empty or a JSON object")
-        loop = self._loop(request)
+        loop = await self._loop(request)
         status, answer = await asyncio.to_thread(ask_supervisor, loop.state_dir, name)
         say(f"{name} for {loop.row.get('name', loop.id)} from {request.remote}: {answer.get('message') or answer.get('error')}")
         return _json(answer, status)
