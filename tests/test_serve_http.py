@@ -56,7 +56,9 @@ class Stream:
         self.conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=20)
         self.conn.request("GET", path, headers={"Cookie": f"ralph_serve={cookie}"})
         self.response = self.conn.getresponse()
-        assert self.response.status == 200
+        if self.response.status != 200:
+            self.conn.close()
+            raise AssertionError(f"the stream answered {self.response.status}")
         assert self.response.getheader("Content-Type", "").startswith("text/event-stream")
         assert self.response.getheader("Content-Security-Policy", "").startswith("default-src 'self'")
 
@@ -336,5 +338,33 @@ def test_a_change_read_by_a_request_still_reaches_the_streams_and_a_held_back_re
         assert report["plot"]["n"] == [1, 2]
         page.close()
     finally:
+        code, _err = serve.stop()
+    assert code == 0
+
+
+def test_open_streams_are_bounded(tmp_path: Path):
+    from ralph_supervisor.serve.app import MAX_STREAMS
+
+    serve = start_serve(tmp_path / "home")
+    streams: list[Stream] = []
+    try:
+        cookie = sign_in(serve)
+        streams = [Stream(serve.port, "/api/stream", cookie) for _ in range(MAX_STREAMS)]
+        for stream in streams:
+            assert stream.next(time.monotonic() + 10)[0] == "loops"
+        refused = http(serve.port, "GET", "/api/stream", cookie=cookie)
+        assert refused.status == 503 and "too many open pages" in refused.text
+        streams.pop().close()
+        def reopened() -> bool:   # the server notices the closed page at once (not at the next heartbeat)
+            try:
+                streams.append(Stream(serve.port, "/api/stream", cookie))
+            except AssertionError:
+                return False
+            return True
+
+        wait_for(reopened, what="a stream once one closed", timeout=10)
+    finally:
+        for stream in streams:
+            stream.close()
         code, _err = serve.stop()
     assert code == 0

@@ -85,7 +85,8 @@ async def _serve(settings: Any, token: str) -> int:
 
     code = auth.OneTimeCode()
     server = Server(settings, token, code)
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0,
+                           handler_cancellation=True)  # a closed page ends its stream at once
     await runner.setup()
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

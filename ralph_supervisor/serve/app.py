@@ -40,6 +40,8 @@ HEARTBEAT_S = 15.0
 REPORT_MIN_S = 1.0
 """A loop's report is rebuilt at most this often while its page is open."""
 MAX_BODY = 1024
+MAX_STREAMS = 64
+"""Live streams open at once (a page holds one); more get 503: bounded, like everything else."""
 ACTIONS = ("pause", "resume", "stop", "reset")
 STOP_TIMEOUT = 10.0 + 60.0
 """As `ralph-supervise stop`: the supervisor answers once the tree is gone (its --grace, then KILL)."""
@@ -295,6 +297,8 @@ class Server:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         loop_id = request.match_info.get("id")
+        if len(self.hub.listeners) >= MAX_STREAMS:
+            return _text(503, f"too many open pages ({MAX_STREAMS}): close some and reload")
         first: list[tuple[str, Any]]
         if loop_id is None:
             await self._poll_if_stale()
