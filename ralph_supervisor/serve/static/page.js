@@ -141,19 +141,54 @@ function card(row, linked) {
   return node;
 }
 
+// What a card shows, with the page's own state for it: a card is rebuilt only when this changes, so an
+// update about another loop never swaps a button away under the finger.
+function cardKey(row) {
+  return JSON.stringify([row, answers[row.id] || null, Boolean(confirming[row.id]), pending[row.id] || null]);
+}
+
+function keyed(make, key) {
+  const node = make();
+  node.dataset.key = key;
+  return node;
+}
+
+// Replace `holder`'s content only when `key` differs from what it shows.
+function fill(holder, key, make) {
+  if (holder.dataset.key === key) return false;
+  holder.dataset.key = key;
+  holder.replaceChildren(...[].concat(make()).filter(Boolean));
+  return true;
+}
+
+let lastProblems = [];
 function renderList(data) {
   lastRows = data.loops || [];
+  if (data.problems) lastProblems = data.problems;
   for (const row of lastRows) names[row.id] = row.name;
   const main = document.getElementById("main");
-  const parts = [];
-  for (const problem of data.problems || []) parts.push(el("p", {class: "banner", text: problem}));
+  if (!document.getElementById("loops")) {
+    main.replaceChildren(el("div", {id: "banners"}), el("div", {class: "grid", id: "loops"}));
+  }
+  const banners = lastProblems.map((problem) => el("p", {class: "banner", text: problem}));
   const listed = new Set(lastRows.map((row) => row.id));
   for (const [id, answer] of Object.entries(answers)) {  // a loop that ended after an action: its last answer stays
-    if (!listed.has(id) && !answer.bad) parts.push(el("p", {class: "banner", "data-ended": id, text: `${names[id] || id} has ended. ${answer.text}`}));
+    if (!listed.has(id) && !answer.bad) banners.push(el("p", {class: "banner", "data-ended": id, text: `${names[id] || id} has ended. ${answer.text}`}));
   }
-  if (!lastRows.length) parts.push(el("p", {class: "muted", text: "No loop is running. Start one with ralph-supervise -- ./loop.sh; it appears here."}));
-  parts.push(el("div", {class: "grid", id: "loops"}, ...lastRows.map((row) => card(row, true))));
-  main.replaceChildren(...parts);
+  if (!lastRows.length) banners.push(el("p", {class: "muted", text: "No loop is running. Start one with ralph-supervise -- ./loop.sh; it appears here."}));
+  document.getElementById("banners").replaceChildren(...banners);
+  const grid = document.getElementById("loops");
+  const shown = new Map([...grid.children].map((node) => [node.dataset.loop, node]));
+  const wanted = lastRows.map((row) => {
+    const key = cardKey(row);
+    const old = shown.get(row.id);
+    if (old && old.dataset.key === key) return old;
+    const node = keyed(() => card(row, true), key);
+    if (old) old.replaceWith(node);
+    return node;
+  });
+  wanted.forEach((node, i) => { if (grid.children[i] !== node) grid.insertBefore(node, grid.children[i] || null); });
+  while (grid.children.length > wanted.length) grid.lastElementChild.remove();
 }
 
 let plot = null;
@@ -176,41 +211,53 @@ function section(title, ...children) {
   return el("section", {}, el("h3", {text: title}), ...children);
 }
 
+function reportParts(report) {
+  if (!report) return [];
+  if (report.error) return [el("p", {class: "banner", text: report.error})];
+  const parts = [];
+  const v = report.verdict || {};
+  parts.push(section("Verdict", el("p", {"data-verdict": "", text: v.line || v.status || "?"})));
+  parts.push(section("Timeline", el("div", {id: "plot"})));
+  if (report.last_reply) parts.push(section(`Last reply (iteration ${report.last_reply.iteration})`, el("div", {class: "reply", text: report.last_reply.text})));
+  if (report.decide && report.decide.length) parts.push(section("To decide", el("ul", {}, ...report.decide.map((d) => el("li", {text: d.replace(/^- /, "")})))));
+  if (report.errors && report.errors.length) parts.push(section("Errors", el("ul", {}, ...report.errors.map((e) => el("li", {text: `${e.count}× (it${e.first}–${e.last}) ${e.sample || e.signature}`})))));
+  if (report.blockers && report.blockers.length) parts.push(section("Blockers", el("ul", {}, ...report.blockers.map((b) => el("li", {text: `${b.count}× ${b.text}`})))));
+  const rows = (report.iterations || []).map((r) => el("tr", {}, el("td", {text: r.n}), el("td", {text: r.outcome}),
+    el("td", {text: r.files}), el("td", {text: r.errors}), el("td", {text: r.note})));
+  parts.push(section("Iterations", el("div", {class: "table-wrap"}, el("table", {},
+    el("tr", {}, el("th", {text: "#"}), el("th", {text: "outcome"}), el("th", {text: "files"}), el("th", {text: "errors"}), el("th", {text: "note"})),
+    ...rows))));
+  if (report.escalation) {
+    const details = el("details", {open: escalationOpen}, el("summary", {text: "escalation.md"}),
+                       el("pre", {"data-escalation": "", text: report.escalation}));
+    details.addEventListener("toggle", () => { escalationOpen = details.open; });
+    parts.push(section("Escalation", details));
+  }
+  return parts;
+}
+
 function renderLoop() {
   const {row, report, events, gone} = current;
   const main = document.getElementById("main");
-  const parts = [];
-  if (gone) parts.push(el("p", {class: "banner", text: "This loop's supervisor has ended: it left the registry."}));
-  if (row) parts.push(card(row, false));
-  if (row) parts.push(el("p", {}, row.report ? el("a", {href: `/loop/${encodeURIComponent(row.id)}/report.html`, text: "report.html"}) : "no report.html yet",
-                              " · ", row.escalation ? el("a", {href: `/loop/${encodeURIComponent(row.id)}/escalation.md`, text: "escalation.md"}) : "no escalation.md"));
-  const plotBox = el("div", {id: "plot"});
-  if (report && !report.error) {
-    const v = report.verdict || {};
-    parts.push(section("Verdict", el("p", {"data-verdict": "", text: v.line || v.status || "?"})));
-    parts.push(section("Timeline", plotBox));
-    if (report.last_reply) parts.push(section(`Last reply (iteration ${report.last_reply.iteration})`, el("div", {class: "reply", text: report.last_reply.text})));
-    if (report.decide && report.decide.length) parts.push(section("To decide", el("ul", {}, ...report.decide.map((d) => el("li", {text: d.replace(/^- /, "")})))));
-    if (report.errors && report.errors.length) parts.push(section("Errors", el("ul", {}, ...report.errors.map((e) => el("li", {text: `${e.count}× (it${e.first}–${e.last}) ${e.sample || e.signature}`})))));
-    if (report.blockers && report.blockers.length) parts.push(section("Blockers", el("ul", {}, ...report.blockers.map((b) => el("li", {text: `${b.count}× ${b.text}`})))));
-    const rows = (report.iterations || []).map((r) => el("tr", {}, el("td", {text: r.n}), el("td", {text: r.outcome}),
-      el("td", {text: r.files}), el("td", {text: r.errors}), el("td", {text: r.note})));
-    parts.push(section("Iterations", el("div", {class: "table-wrap"}, el("table", {},
-      el("tr", {}, el("th", {text: "#"}), el("th", {text: "outcome"}), el("th", {text: "files"}), el("th", {text: "errors"}), el("th", {text: "note"})),
-      ...rows))));
-    if (report.escalation) {
-      const details = el("details", {open: escalationOpen}, el("summary", {text: "escalation.md"}),
-                         el("pre", {"data-escalation": "", text: report.escalation}));
-      details.addEventListener("toggle", () => { escalationOpen = details.open; });
-      parts.push(section("Escalation", details));
-    }
-  } else if (report && report.error) {
-    parts.push(el("p", {class: "banner", text: report.error}));
+  if (!document.getElementById("loop-card")) {
+    main.replaceChildren(el("div", {id: "gone"}), el("div", {id: "loop-card"}), el("p", {id: "links"}),
+                         el("div", {id: "report"}), section("Events", el("ul", {class: "events", id: "events"})));
   }
-  parts.push(section("Events", el("ul", {class: "events", id: "events"},
-    ...events.slice(-200).reverse().map((e) => el("li", {"data-event": e.event, text: `${e.ts || ""} ${e.event}${e.iteration !== undefined ? " it" + e.iteration : ""} ${e.detail || ""}`})))));
-  main.replaceChildren(...parts);
-  if (report && !report.error) drawPlot(plotBox, report.plot);
+  fill(document.getElementById("gone"), String(gone), () =>
+    gone ? el("p", {class: "banner", text: "This loop's supervisor has ended: it left the registry."}) : []);
+  if (row) {
+    fill(document.getElementById("loop-card"), cardKey(row), () => card(row, false));
+    fill(document.getElementById("links"), JSON.stringify([row.report, row.escalation]), () => [
+      row.report ? el("a", {href: `/loop/${encodeURIComponent(row.id)}/report.html`, text: "report.html"}) : "no report.html yet",
+      " · ", row.escalation ? el("a", {href: `/loop/${encodeURIComponent(row.id)}/escalation.md`, text: "escalation.md"}) : "no escalation.md"]);
+  }
+  if (fill(document.getElementById("report"), JSON.stringify(report || null), () => reportParts(report))
+      && report && !report.error) {
+    drawPlot(document.getElementById("plot"), report.plot);
+  }
+  const shown = events.slice(-200).reverse();
+  fill(document.getElementById("events"), JSON.stringify([events.length, shown.length ? shown[0].ts : ""]), () =>
+    shown.map((e) => el("li", {"data-event": e.event, text: `${e.ts || ""} ${e.event}${e.iteration !== undefined ? " it" + e.iteration : ""} ${e.detail || ""}`})));
 }
 
 function rerender() {
