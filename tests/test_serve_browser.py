@@ -143,6 +143,8 @@ def test_on_a_phone_the_page_is_one_column_and_nothing_a_loop_prints_runs(tmp_pa
         page = context.new_page()
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        console: list[str] = []
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
         page.goto(serve.code_url)
         expect(page.locator("article.card")).to_have_count(2, timeout=30_000)
         card(page, "hostile").locator(".reply", has_text="</script><script>").wait_for(timeout=60_000)
@@ -166,6 +168,7 @@ def test_on_a_phone_the_page_is_one_column_and_nothing_a_loop_prints_runs(tmp_pa
         assert page.evaluate("typeof window.__pwned") == "undefined"
         assert page.locator("#main img, #main svg[onload], #main b").count() == 0
         assert dialogs == []
+        assert console == []          # the page's own script and styles run under its CSP without a violation
         assert (tmp_path / "serve-list-390.png").stat().st_size > 1000
         shutil.copy(tmp_path / "serve-list-390.png", tmp_path / "kept-serve-list-390.png")
         context.close()

@@ -136,6 +136,7 @@ class Server:
         app.router.add_get("/loop/{id}/report.html", self.report_html)
         app.router.add_get("/loop/{id}/escalation.md", self.escalation_md)
         app.router.add_get("/static/{name}", self.static)
+        app.router.add_get("/favicon.ico", lambda _request: self._no_icon())
         app.router.add_get("/api/loops", self.api_loops)
         app.router.add_get("/api/loop/{id}", self.api_loop)
         app.router.add_get("/api/stream", self.stream)
@@ -225,6 +226,9 @@ class Server:
             "<noscript>This page needs JavaScript (its own script only).</noscript></body></html>\n"
         )
         return web.Response(text=body, content_type="text/html")
+
+    async def _no_icon(self) -> web.StreamResponse:
+        return web.Response(status=204)   # browsers ask for one; a 404 would be an error in their console
 
     async def list_page(self, request: web.Request) -> web.StreamResponse:
         return self._shell("list")
