@@ -113,3 +113,29 @@ def test_any_event_becomes_a_short_public_event_and_any_list_a_summary(record: d
     assert set(shown) <= {"event", "ts", "iteration", "detail"} and len(shown["detail"]) <= 600
     summary = summarize([record, {**record, "event": "iteration_finished"}])
     assert set(summary) == {"spark", "last_reply", "verify", "budgets"}
+
+
+def test_a_row_shows_the_limit_wait_the_last_verify_the_budgets_and_the_last_reply_of_this_run(tmp_path: Path):
+    folder = tmp_path / "registry"
+    events = [
+        {"event": "supervisor_started", "budgets": {"token_budget": 50000, "cost_budget": 2.5, "on_open": "pause"}},
+        {"event": "iteration_finished", "iteration": 1, "files_changed": 3, "commits": 1, "reply": "old run"},
+        {"event": "supervisor_started", "budgets": {"token_budget": 90000}},    # a new run starts afresh
+        {"event": "iteration_finished", "iteration": 1, "files_changed": 0, "reply": "  "},
+        {"event": "iteration_finished", "iteration": 2, "files_changed": 4, "reply": "x" * 1000},
+        {"event": "verify_finished", "iteration": 2, "passed": 41, "failed": 2, "errors": 0, "skipped": 1},
+    ]
+    ident = add_loop(folder, tmp_path, "waiting", events=events)
+    state_json = tmp_path / "waiting" / ".ralph-supervise" / "state.json"
+    state_json.write_text(json.dumps({"state": "CLOSED", "trigger": "none", "iteration": 2, "tokens_used": 2400,
+                                      "cost_used": 0.02, "limit_until": "2026-12-02T05:00:00.000Z",
+                                      "opened_at": 1796179597.1}))
+    loops = Loops([folder])
+    loops.poll()
+    row = loops.get(ident).row  # type: ignore[union-attr]
+    assert row["limit_until"] == "2026-12-02T05:00:00.000Z" and "usage limit until" in row["note"]
+    assert row["verify"] == {"iteration": 2, "passed": 41, "failed": 2, "errors": 0, "skipped": 1}
+    assert row["budgets"] == {"token_budget": 90000}
+    assert row["spark"] == [0, 4]
+    assert row["last_reply"]["iteration"] == 2 and len(row["last_reply"]["text"]) <= 300
+    assert row["cost_usd"] == 0.02 and row["opened_at"].startswith("2026-")
