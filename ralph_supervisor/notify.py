@@ -530,9 +530,8 @@ class Notifier:
     @classmethod
     def from_settings(cls, settings: Any) -> Notifier:
         """The supervisor's notifier: `--notify` URLs, `--notify-webhook`, notify-send, report.html's path."""
-        from ralph_supervisor.report import REPORT_FILE
-
         from ralph_supervisor.registry import entry_file_name
+        from ralph_supervisor.report import REPORT_FILE
         from ralph_supervisor.serve.announce import page_for
 
         loop_id = entry_file_name(settings.workspace, settings.state_dir).removesuffix(".json")
