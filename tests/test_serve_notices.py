@@ -1,4 +1,4 @@
-"""Notices link to the loop's page while `serve` runs (its public address, never a token): `serve.json`, read
+"""Notices link to the loop's page while `serve` runs (its public address, never a token): `serve.page`, read
 by the supervisor's notifier, and a real supervisor's open notice to a real HTTP receiver."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.helpers.supervise import LOOP, loop_env, start, wait_for
 
 
 def test_a_running_serve_is_announced_and_withdrawn(tmp_path: Path):
-    where = tmp_path / "serve.json"
+    where = tmp_path / "serve.page"
     assert announce.page_for("proj-1", where) is None
     announce.announce("https://ralph.example.net/", where)
     assert os.stat(where).st_mode & 0o777 == 0o600
@@ -33,7 +33,7 @@ def test_a_running_serve_is_announced_and_withdrawn(tmp_path: Path):
     json.dumps({"pid": 2 ** 22 - 5, "address": "http://127.0.0.1:8765"}).encode(),   # a serve that is gone
 ])
 def test_a_stale_or_garbage_announcement_gives_no_link(tmp_path: Path, content: bytes):
-    where = tmp_path / "serve.json"
+    where = tmp_path / "serve.page"
     where.write_bytes(content)
     assert announce.page_for("proj-1", where) is None
     announce.withdraw(where)
@@ -81,7 +81,7 @@ def posts() -> Iterator[tuple[int, list[dict]]]:
 
 
 @pytest.mark.slow
-def test_an_open_notice_links_to_the_loops_page_on_the_public_address(tmp_path: Path, posts):
+def test_an_open_notice_links_to_the_loops_page_on_the_public_address(tmp_path: Path, posts, private_registry: Path):
     port, received = posts
     home = tmp_path / "home"
     serve = start_serve(home, "--public-url", "https://ralph.example.net")
@@ -92,6 +92,7 @@ def test_an_open_notice_links_to_the_loops_page_on_the_public_address(tmp_path: 
                 "--", "bash", str(LOOP), env={**loop_env("stuck"), "XDG_STATE_HOME": str(home)})
     try:
         sign_in(serve)
+        assert (private_registry / "serve.page").exists()
         assert sup.wait(timeout=90) == 2
         opened = wait_for(lambda: [p for p in received if "stopped" in p.get("message", "").lower()
                                    or "OPEN" in p.get("title", "")], what="the open notice")
@@ -105,4 +106,4 @@ def test_an_open_notice_links_to_the_loops_page_on_the_public_address(tmp_path: 
             sup.kill()
         sup.communicate(timeout=30)
         serve.stop()
-    assert not (home / "ralph-supervise" / "serve.json").exists()     # withdrawn at exit
+    assert not (private_registry / "serve.page").exists()     # withdrawn at exit

@@ -1,8 +1,9 @@
-"""`serve.json`: while `serve` runs it says at which address, so a supervisor's notices can link to the loop's
+"""`serve.page`: while `serve` runs it says at which address, so a supervisor's notices can link to the loop's
 page. It holds the address only (`--public-url`, else the local one), never the token or a code.
 
-Why a file: supervisors and `serve` start and stop independently; the supervisor reads this small file
-when it sends a notice, and a `serve` that died (its pid gone or reused) is ignored.
+Why a file, and in the registry's folder: supervisors and `serve` start and stop independently, and both
+already meet there (`registry.py`; the name does not end in `.json`, so it is no entry); the supervisor reads
+this small file when it sends a notice, and a `serve` that died (its pid gone or reused) is ignored.
 
     announce("https://ralph.example.net")           # at serve's start
     page_for("proj-3f2a9c1b7d4e")                   # -> "https://ralph.example.net/loop/proj-3f2a9c1b7d4e"
@@ -18,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import registry, store
-from ralph_supervisor.serve.auth import token_path
 
-NAME = "serve.json"
+NAME = "serve.page"
 
 
 def path(env: Mapping[str, str] | None = None) -> Path:
-    return token_path(env).with_name(NAME)
+    return registry.registry_dir(env) / NAME
 
 
 def announce(address: str, where: Path | None = None) -> None:
