@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import sys
 import time
@@ -26,6 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from ralph_supervisor.serve import auth
+from ralph_supervisor.serve.actions import ACTIONS, ask_supervisor
+from ralph_supervisor.serve.loop_page import loop_report
 from ralph_supervisor.serve.loops import Loop, Loops
 from ralph_supervisor.serve.options import ServeSettings
 from ralph_supervisor.text import one_line
@@ -42,9 +43,6 @@ REPORT_MIN_S = 1.0
 MAX_BODY = 1024
 MAX_STREAMS = 64
 """Live streams open at once (a page holds one); more get 503: bounded, like everything else."""
-ACTIONS = ("pause", "resume", "stop", "reset")
-STOP_TIMEOUT = 10.0 + 60.0
-"""As `ralph-supervise stop`: the supervisor answers once the tree is gone (its --grace, then KILL)."""
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 VENDOR = {"uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
 
@@ -423,71 +421,3 @@ class Server:
         status, answer = await asyncio.to_thread(ask_supervisor, loop.state_dir, name)
         say(f"{name} for {loop.row.get('name', loop.id)} from {request.remote}: {answer.get('message') or answer.get('error')}")
         return _json(answer, status)
-
-
-def ask_supervisor(state_dir: Path, name: str) -> tuple[int, dict[str, Any]]:
-    """Ask the loop's supervisor over its control socket, as the commands do; the HTTP status and what the
-    supervisor answered (its own message, never a guess)."""
-    from ralph_supervisor.control import ControlError, NoSupervisor, request
-
-    if name == "reset":
-        from ralph_supervisor import status
-
-        try:
-            return 200, {"ok": True, "message": status.reset(state_dir)}
-        except OSError as exc:
-            return 500, {"ok": False, "error": f"cannot reset: {exc.strerror or exc}"}
-    try:
-        result = request(state_dir, name, timeout=STOP_TIMEOUT if name == "stop" else 30.0)
-    except NoSupervisor:
-        return 409, {"ok": False, "error": "no supervisor is running for this loop"}
-    except ControlError as exc:
-        return 502, {"ok": False, "error": str(exc)}
-    answer: dict[str, Any] = {"ok": True, "message": str(result.get("message") or f"{name}: done")}
-    if "state" in result:
-        answer["state"] = result.get("state")
-        child = result.get("child")
-        answer["paused"] = bool(child.get("paused")) if isinstance(child, dict) else None
-    return 200, answer
-
-
-ESCALATION_CHARS = 64 * 1024
-
-
-def _escalation_text(state_dir: Path) -> str | None:
-    """escalation.md's text (its first 64 KiB) when the breaker has opened, else None."""
-    from ralph_supervisor.files import escalation_md
-
-    try:
-        with open(escalation_md.path(state_dir), "rb") as fh:
-            return fh.read(ESCALATION_CHARS).decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def loop_report(state_dir: Path) -> dict[str, Any]:
-    """The report's content for the loop's page (no git: the page must stay light), JSON-ready."""
-    from ralph_supervisor.report import collect
-    from ralph_supervisor.report.html import plot_data
-
-    try:
-        account = collect(state_dir, git=False)
-    except Exception as exc:  # noqa: BLE001 - a bad state folder is a line on the page, not a crash
-        return {"error": f"the report could not be read: {one_line(exc, 200)}"}
-    rows = account.iterations[-200:]
-    return {
-        "verdict": dataclasses.asdict(account.verdict),
-        "spend": dataclasses.asdict(account.spend),
-        "wall_s": account.wall_s,
-        "plot": plot_data(account),
-        "iterations": [{"n": r.number, "outcome": r.label or r.outcome, "files": r.files_changed,
-                        "commits": r.commits, "errors": r.errors, "tokens": r.tokens,
-                        "note": one_line(r.first_error or r.action or r.reply, 160)} for r in reversed(rows)],
-        "errors": [dataclasses.asdict(e) for e in account.errors[:20]],
-        "blockers": [dataclasses.asdict(b) for b in account.blockers[:20]],
-        "last_reply": dataclasses.asdict(account.last_reply) if account.last_reply else None,
-        "decide": list(account.decide),
-        "next_steps": list(account.next_steps),
-        "escalation": _escalation_text(state_dir),
-        "warnings": list(account.warnings),
-    }
