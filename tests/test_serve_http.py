@@ -151,6 +151,7 @@ def test_failed_tokens_are_limited_and_logged_while_a_signed_in_browser_goes_on(
     serve = start_serve(tmp_path / "home")
     try:
         cookie = sign_in(serve)
+        assert {http(serve.port, "GET", "/favicon.ico").status for _ in range(15)} == {401}  # no token tried
         answers = [http(serve.port, "GET", "/api/loops", cookie=f"{i:064x}").status for i in range(12)]
         assert answers[:10] == [401] * 10 and answers[10:] == [429, 429]
         assert http(serve.port, "GET", "/?code=anything").status == 429

@@ -41,6 +41,8 @@ HEARTBEAT_S = 15.0
 REPORT_MIN_S = 1.0
 """A loop's report is rebuilt at most this often while its page is open."""
 MAX_BODY = 1024
+NOT_SIGNED_IN = ("not signed in: open the address `ralph-supervise serve` printed (its code works once); "
+                 "restart serve for a new one")
 MAX_STREAMS = 64
 """Live streams open at once (a page holds one); more get 503: bounded, like everything else."""
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
@@ -172,11 +174,13 @@ class Server:
                                     samesite="Strict", path="/")
                 return response
             return self._failed(client, now, request, "a wrong or used one-time code")
+        if auth.COOKIE_NAME not in request.cookies:  # no token tried: refused, but not counted as a failure
+            self._note(client, f"refused {request.method} {request.path} from {client}: no session cookie")
+            return _text(401, NOT_SIGNED_IN)
         if not auth.cookie_valid(self.token, request.cookies.get(auth.COOKIE_NAME)):
             if self.limiter.blocked(client, now):
                 return _text(429, "too many failed attempts: wait a minute")
-            why = "no session cookie" if auth.COOKIE_NAME not in request.cookies else "a wrong or old session cookie"
-            return self._failed(client, now, request, why)
+            return self._failed(client, now, request, "a wrong or old session cookie")
         if request.method not in ("GET", "HEAD"):
             if not auth.origin_allowed(request.headers.get("Origin"), host, self.settings.public_url):
                 self._note(client, f"refused a {request.method} {request.path} from {client}: Origin "
@@ -201,8 +205,7 @@ class Server:
         count = self.limiter.failed(client, now)
         if count <= self.limiter.limit:
             say(f"refused {request.method} {request.path} from {client}: {why} ({count} in the last minute)")
-        return _text(status, message or "not signed in: open the address `ralph-supervise serve` printed (its "
-                                        "code works once); restart serve for a new one")
+        return _text(status, message or NOT_SIGNED_IN)
 
     # ------------------------------------------------------------------ pages
 
