@@ -147,6 +147,24 @@ def test_only_the_signed_in_page_gets_in_and_what_is_refused_changes_nothing(tmp
     assert serve.proc.returncode == 0 and sup.returncode == 143
 
 
+def test_each_code_works_once_and_the_next_one_is_printed_for_the_next_browser(tmp_path: Path):
+    from tests.helpers.serve import next_code
+
+    serve = start_serve(tmp_path / "home")
+    try:
+        first = sign_in(serve)
+        second_code = next_code(serve)
+        assert second_code != serve.code
+        assert http(serve.port, "GET", f"/?code={serve.code}").status == 401          # the used one is dead
+        answer = http(serve.port, "GET", f"/?code={second_code}")
+        assert answer.status == 303 and first in answer.headers["set-cookie"]         # the same session cookie
+        assert http(serve.port, "GET", f"/?code={second_code}").status == 401
+        assert next_code(serve) not in (serve.code, second_code)
+    finally:
+        code, _err = serve.stop()
+    assert code == 0
+
+
 def test_failed_tokens_are_limited_and_logged_while_a_signed_in_browser_goes_on(tmp_path: Path):
     serve = start_serve(tmp_path / "home")
     try:

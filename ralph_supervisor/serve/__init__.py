@@ -107,8 +107,14 @@ async def _serve(settings: Any, token: str) -> int:
     shown = "127.0.0.1" if auth.is_wildcard(settings.host) else settings.host
     shown = f"[{shown}]" if ":" in shown else shown
     print(f"ralph-supervise serve: open http://{shown}:{port}/?code={code.value}", flush=True)
-    print("ralph-supervise serve: the code works once (it signs this browser in); restart serve for another",
+    print("ralph-supervise serve: the code works once (it signs that browser in); then a new one is printed here",
           flush=True)
+
+    def next_code(client: str, fresh: auth.OneTimeCode) -> None:
+        print(f"ralph-supervise serve: a browser at {client} signed in; for another one: "
+              f"open http://{shown}:{port}/?code={fresh.value}", flush=True)
+
+    server.on_new_code = next_code
     if settings.public_url:
         print(f"ralph-supervise serve: people reach it at {settings.public_url}/", flush=True)
     from ralph_supervisor.serve import announce

@@ -41,8 +41,8 @@ HEARTBEAT_S = 15.0
 REPORT_MIN_S = 1.0
 """A loop's report is rebuilt at most this often while its page is open."""
 MAX_BODY = 1024
-NOT_SIGNED_IN = ("not signed in: open the address `ralph-supervise serve` printed (its code works once); "
-                 "restart serve for a new one")
+NOT_SIGNED_IN = ("not signed in: open the address `ralph-supervise serve` printed last (each code works "
+                 "once; it prints the next one)")
 MAX_STREAMS = 64
 """Live streams open at once (a page holds one); more get 503: bounded, like everything else."""
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
@@ -115,6 +115,8 @@ class Server:
         self.settings = settings
         self.token = token
         self.code = code
+        self.on_new_code: Callable[[str, auth.OneTimeCode], None] | None = None
+        """Told (the client that signed in, the next code) whenever the code is used."""
         self.loops = loops if loops is not None else Loops()
         self.clock = clock
         self.limiter = auth.FailureLimiter()
@@ -169,6 +171,9 @@ class Server:
             if self.limiter.blocked(client, now):
                 return _text(429, "too many failed attempts: wait a minute")
             if self.code.redeem(code):
+                self.code = auth.OneTimeCode()   # the used one is dead; the terminal gets the next one
+                if self.on_new_code is not None:
+                    self.on_new_code(client, self.code)
                 response = web.Response(status=303, headers={"Location": "/"})
                 response.set_cookie(auth.COOKIE_NAME, auth.cookie_value(self.token), httponly=True,
                                     samesite="Strict", path="/")

@@ -115,6 +115,19 @@ def sign_in(serve: Serve) -> str:
     return match.group(1)
 
 
+def next_code(serve: Serve, timeout: float = 10.0) -> str:
+    """The code serve printed after the last one was used."""
+    assert serve.proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = serve.proc.stdout.readline()
+        serve.lines.append(line)
+        match = re.search(r"for another one: open http://\S+/\?code=(\S+)", line)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"serve printed no next code: {serve.lines}")
+
+
 def page_token(serve: Serve, cookie: str, path: str = "/") -> str:
     page = http(serve.port, "GET", path, cookie=cookie)
     assert page.status == 200, page.text
