@@ -261,6 +261,9 @@ def test_garbage_in_the_registry_and_a_dead_supervisor_are_shown_not_fatal(tmp_p
         token = page_token(serve, cookie, f"/loop/{row['id']}")
         answer = post_action(serve, cookie, token, row["id"], "pause")
         assert answer.status == 409 and answer.json() == {"ok": False, "error": "no supervisor is running for this loop"}
+        (state_dir / "state.json").write_text('{"state": "OPEN", "trigger": "no-progress", "final": true}')
+        final = post_action(serve, cookie, token, row["id"], "resume")
+        assert final.status == 409 and "opened for good: reset clears it" in final.json()["error"]
         reset = post_action(serve, cookie, token, row["id"], "reset")
         assert reset.status == 200 and reset.json()["message"] == "breaker reset to CLOSED"
         assert json.loads((state_dir / "state.json").read_text())["state"] == "CLOSED"

@@ -10,6 +10,7 @@ from typing import Any
 
 from ralph_supervisor import status
 from ralph_supervisor.control import ControlError, NoSupervisor, request
+from ralph_supervisor.files import state_json
 
 ACTIONS = ("pause", "resume", "stop", "reset")
 STOP_TIMEOUT = 10.0 + 60.0
@@ -27,7 +28,11 @@ def ask_supervisor(state_dir: Path, name: str) -> tuple[int, dict[str, Any]]:
     try:
         result = request(state_dir, name, timeout=STOP_TIMEOUT if name == "stop" else 30.0)
     except NoSupervisor:
-        return 409, {"ok": False, "error": "no supervisor is running for this loop"}
+        error = "no supervisor is running for this loop"
+        data, _note = state_json.read_dict(state_dir)
+        if data and data.get("final") is True:   # the rule of the commands: a final open needs `reset`
+            error += "; its breaker opened for good: reset clears it, then start the loop again"
+        return 409, {"ok": False, "error": error}
     except ControlError as exc:
         return 502, {"ok": False, "error": str(exc)}
     answer: dict[str, Any] = {"ok": True, "message": str(result.get("message") or f"{name}: done")}
