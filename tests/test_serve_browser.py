@@ -28,14 +28,14 @@ XSS = ("</script><script>window.__pwned = 1</script><img src=x onerror=\"window.
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} is missing (Debian's package chromium; scripts/setup.d/26-serve-browser.sh)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("the playwright Python package is missing (the test extra in pyproject.toml)")
-    os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / "no-downloaded-browsers"))
+    monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / "no-downloaded-browsers"))  # never its own
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
