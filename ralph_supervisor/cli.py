@@ -36,6 +36,8 @@ ralph-supervise ls [--json] [--prune]                 every supervisor of this u
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
 ralph-supervise snapshots [--json] [-w DIR]          the workspace snapshots, one per iteration
 ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]   bring a snapshot's files back
+ralph-supervise serve [--listen HOST:PORT] [--allowed-host NAME] [--public-url URL] [--rotate-token]
+                                                      a live web page of every loop, with pause/resume/stop
 ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
 ralph-supervise --version | --help"""
 
@@ -296,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_snapshots(rest)
         if head == "restore":
             return cmd_restore(rest)
+        if head == "serve":
+            from ralph_supervisor import serve
+
+            return serve.main(rest)
         return cmd_run(argv)
     except SettingsError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)

@@ -83,6 +83,8 @@ class Notice:
     verdict: str = ""
     """The report's verdict line for this moment (`report.account.verdict_line`)."""
     key: str = ""
+    page: str = ""
+    """The loop's page while `ralph-supervise serve` runs (its address only, never a token), else empty."""
 
 
 # -- the pure part: what to say, and when -----------------------------------------------------
@@ -170,7 +172,8 @@ def format_text(notice: Notice, report: str = "") -> str:
     if notice.trigger and notice.trigger != "none":
         facts += f" · trigger {notice.trigger}"
     facts += f" · iteration {notice.iteration}"
-    return f"*{notice.title}*\n{notice.body}\n{facts}" + (f"\nreport: {report}" if report else "")
+    return (f"*{notice.title}*\n{notice.body}\n{facts}" + (f"\nreport: {report}" if report else "")
+            + (f"\npage: {notice.page}" if notice.page else ""))
 
 
 def message_for(notice: Notice, report: str = "") -> str:
@@ -181,6 +184,8 @@ def message_for(notice: Notice, report: str = "") -> str:
     lines.append(f"Workspace: {notice.workspace}")
     if report:
         lines.append(f"Report: {report}")
+    if notice.page:
+        lines.append(f"Page: {notice.page}")
     return "\n".join(lines)
 
 
@@ -501,8 +506,10 @@ class Notifier:
         on_open: str = "pause",
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        page: Callable[[], str | None] | None = None,
     ) -> None:
         self._env = dict(os.environ if env is None else env)
+        self.page = page
         self.report = report
         self.on_open = on_open
         channels: list[_Channel] = []
@@ -525,10 +532,14 @@ class Notifier:
     @classmethod
     def from_settings(cls, settings: Any) -> Notifier:
         """The supervisor's notifier: `--notify` URLs, `--notify-webhook`, notify-send, report.html's path."""
+        from ralph_supervisor.registry import entry_file_name
         from ralph_supervisor.report import REPORT_FILE
+        from ralph_supervisor.serve.announce import page_for
 
+        loop_id = entry_file_name(settings.workspace, settings.state_dir).removesuffix(".json")
         notifier = cls(webhook_url=settings.notify_webhook, urls=settings.notify, desktop=settings.notify_desktop,
-                       report=str(settings.state_dir / REPORT_FILE), on_open=settings.on_open)
+                       report=str(settings.state_dir / REPORT_FILE), on_open=settings.on_open,
+                       page=lambda: page_for(loop_id))
         if notifier.endpoints:
             log.info("notify_endpoints", endpoints=list(notifier.endpoints))
         return notifier
@@ -569,6 +580,8 @@ class Notifier:
             status, by = ("paused", "restart") if self.on_open == "kill" else ("stopped", "breaker")
             notice = replace(notice, verdict=_verdict(status, by, notice.trigger, notice.iteration))
         key = notice.key or repr(notice)
+        if self.page is not None and not notice.page:
+            notice = replace(notice, page=self.page() or "")
         with self._lock:
             if self._closed:
                 log.warning("notify_dropped", kind=notice.kind, reason="notifier closed")

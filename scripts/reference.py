@@ -4,7 +4,7 @@
     python scripts/reference.py           # rewrite the generated parts of docs/reference.md
     python scripts/reference.py --check   # exit 1 (and say where) when the document is out of date
 
-The options table is generated from `settings.OPTIONS` (the one table that feeds flags, TOML and the
+The options tables are generated from `settings.OPTIONS` and `serve.options.SERVE_OPTIONS` (the one table that feeds flags, TOML and the
 environment) and the precedence line from `triggers.PRECEDENCE`, so the reference cannot drift from them.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ralph_supervisor.serve.options import SERVE_OPTIONS  # noqa: E402
 from ralph_supervisor.settings import OPTIONS, Option  # noqa: E402
 from ralph_supervisor.triggers import PRECEDENCE  # noqa: E402
 
@@ -37,9 +38,9 @@ def _default(option: Option) -> str:
     return str(value)
 
 
-def options_table() -> str:
+def options_table(options: tuple[Option, ...] = OPTIONS) -> str:
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
-    for option in OPTIONS:
+    for option in options:
         flag = f"`{option.flag} {option.metavar}`" if option.metavar else f"`{option.flag}`"
         if option.repeatable:
             flag += " (repeatable)"
@@ -53,7 +54,7 @@ def precedence() -> str:
     return ", ".join(f"`{trigger}`" for trigger in PRECEDENCE)
 
 
-PARTS = {"options": options_table, "precedence": precedence}
+PARTS = {"options": options_table, "precedence": precedence, "serve-options": lambda: options_table(SERVE_OPTIONS)}
 
 
 def render(text: str) -> str:
