@@ -201,6 +201,8 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.sampled_from(["auto", "json", "console", "JSON"]).map(lambda v: (v, v.lower()))
         case "log_detail":
             return st.sampled_from(["normal", "quiet", "verbose", "Quiet"]).map(lambda v: (v, v.lower()))
+        case "limit_wait":
+            return st.sampled_from(["on", "off", "OFF", " On "]).map(lambda v: (v, v.strip().lower()))
         case "log_max_bytes" | "log_total_bytes" | "line_cap":
             return st.tuples(st.integers(5, 10**4), sizes).map(
                 lambda t: (f"{t[0] * 1000}{t[1][0]}", t[0] * 1000 * t[1][1])

@@ -245,10 +245,11 @@ paths = st.sampled_from(["test_a.py", "tests/b.py", "a.test.js", "x_test.go", "s
 
 @given(st.dictionaries(paths, st.one_of(st.none(), source), max_size=4), st.dictionaries(paths, st.one_of(st.none(), source), max_size=4))
 def test_any_two_versions_are_diffed_without_crashing_and_every_finding_points_into_a_file(before: dict, after: dict) -> None:
-    for f in find_weakening(before, after):
+    findings = find_weakening(before, after)
+    assert all(f.path in before or f.path in after for f in findings)
+    for f in findings:
         text = after.get(f.path) if f.kind in (SKIP_ADDED, CONFIG_NARROWED) else before.get(f.path)
-        if f.line:
-            assert text is not None and 1 <= f.line <= len(text.splitlines())
+        assert not f.line or (text is not None and 1 <= f.line <= len(text.splitlines()))
 
 
 @given(st.dictionaries(paths, source, max_size=4))
