@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from ralph_supervisor.evidence.containers import ContainerCall
+
 from ralph_supervisor.process.linux import ProcStat
 from ralph_supervisor.process.tree import ProcessTree, StopResult
 
@@ -43,6 +45,14 @@ class CallGate(Protocol):
     def refuse_process(self, stat: ProcStat) -> bool: ...
 
     def running_calls(self, members: Sequence[ProcStat]) -> frozenset[tuple[int, int]]: ...
+
+    def running_container(self) -> ContainerCall | None: ...
+
+
+async def _on_container(container: ContainerCall | None, verb: str) -> None:
+    """A call in a container is outside our tree: its engine pauses, thaws and stops it."""
+    if container is not None:
+        await asyncio.to_thread(container.act, verb)
 
 
 class TreeActions:
@@ -75,6 +85,7 @@ class TreeActions:
         count = await asyncio.to_thread(self.tree.pause)
         if self.calls is not None:
             self.calls.hold("freeze", self.tree.sample())  # whatever started while the pause went round
+            await _on_container(self.calls.running_container(), "pause")  # the agent outside our tree
         if self._terminal is not None:
             self._terminal.tree_paused()
         self.paused = True
@@ -85,6 +96,7 @@ class TreeActions:
     async def resume(self, iteration: int) -> int:
         if self.calls is not None:
             self.calls.release()
+            await _on_container(self.calls.running_container(), "unpause")
         if self._terminal is not None:
             self._terminal.tree_resumed()  # the terminal as the tree had it
         count = await asyncio.to_thread(self.tree.resume)
@@ -104,9 +116,14 @@ class TreeActions:
         self.stopping = True
         try:
             self._extend_timeout(self.grace + 10)
+            container = calls.running_container() if calls is not None else None
+            if container is not None and self.paused:
+                await _on_container(container, "unpause")
             result = await asyncio.to_thread(self.tree.stop, self.grace, leader=self._leader(),
                                              refuse=calls.refuse_process if calls is not None else None,
-                                             calls=running)
+                                             calls=running,
+                                             calls_termed=(lambda: container.act("term")) if container else None)
+            await _on_container(container, "kill")  # what TERM left, if anything
             self._collect_exits()  # while `stopping` holds: these exits are ours, not the loop's own
             self.record_stop(result, why, iteration)
             self.paused = False

@@ -294,9 +294,9 @@ def recognise(name: str, cmdline: Sequence[str], names: Iterable[str] | Known, *
             agent = _by_path(cmdline[i], k) or (_by_path(script, k) if script else None)
             if agent is not None:
                 return _checked(Recognised(agent, "interpreter", cmdline[i + 1:]), k)
-            runner = stem(cmdline[i])
-            if runner in RUNNERS or runner in RUNNER_VERBS:  # `node /usr/bin/npx PKG`: the runner decides
-                return recognise(runner, (runner, *cmdline[i + 1:]), k)
+            front = stem(cmdline[i])
+            if front in RUNNERS or front in RUNNER_VERBS or front in CONTAINER_FRONTENDS:
+                return recognise(front, (front, *cmdline[i + 1:]), k)  # `node /usr/bin/npx PKG`: the runner decides
         if agent is None and name in k.names:  # a script whose shebang names an interpreter: comm is the script
             return _checked(Recognised(name, "interpreter", cmdline[2:] if len(cmdline) > 1 else ()), k)
         return None

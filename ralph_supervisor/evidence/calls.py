@@ -50,7 +50,8 @@ from typing import Any
 import structlog
 
 from ralph_supervisor.agents import ADAPTERS
-from ralph_supervisor.agents.recognize import SHELLS, Known, Recognised, known, recognise, script_operand, stem
+from ralph_supervisor.agents.recognize import SHELLS, Container, Known, Recognised, known, recognise, script_operand, stem
+from ralph_supervisor.evidence.containers import ContainerCall, reference
 from ralph_supervisor.agents.reply_end import reply_ends_in
 from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report
 from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read_notice
@@ -118,6 +119,8 @@ class _Running:
     """The offsets at the last call's end: output after them, read after the announcement, is this call's too."""
     end_marks: dict[str, int] | None = None
     """The same, the moment it exited."""
+    container: Container | None = None
+    """Where the call runs when its process is a container front-end (`docker run … claude -p`)."""
 
 
 class _Exits:
@@ -504,6 +507,13 @@ class CallWatcher:
             return False  # it refuses by itself, with its own notice
         return call is not None
 
+    def running_container(self) -> ContainerCall | None:
+        """Any thread: the container the running call runs in, when it can be named (None: no such call)."""
+        running = self._running
+        container = running.container if running is not None else None
+        ref = reference(container) if container is not None else None
+        return ContainerCall(container.engine, ref) if container is not None and ref is not None else None
+
     def running_calls(self, members: Sequence[ProcStat]) -> frozenset[tuple[int, int]]:
         """The agent calls among the tree's members, (pid, start_ticks): a stop TERMs them after the loop."""
         return frozenset((s.pid, s.start_ticks) for s in members if self._identity(s)[2] is not None)
@@ -545,6 +555,13 @@ class CallWatcher:
         call.end_marks = running.end_marks  # it may have exited before the event loop began it
         running.call = call
         self._running = running
+        if stat is not None:
+            found = self._identity(stat)[2]
+            running.container = found.container if found is not None else None
+            if running.container is not None and not running.container.target and not running.container.cidfile:
+                log.warning("container_call_uncontrolled", pid=stat.pid, engine=running.container.engine,
+                            detail="observed, not controlled: a pause, resume or stop reaches the client only "
+                                   "(name the container with --name or --cidfile)")
         identity = (stat.pid, stat.create_time) if stat is not None else None
         if identity in self._cut_short or (self._holding is not None and identity not in self._allowed):
             call.cut_short = True  # running when we froze or stopped the tree, or started since

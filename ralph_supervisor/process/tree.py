@@ -160,7 +160,8 @@ class ProcessTree:
 
     def stop(self, grace: float, *, leader: int | None = None,
              refuse: Callable[[ProcStat], bool] | None = None,
-             calls: frozenset[tuple[int, int]] = frozenset()) -> StopResult:
+             calls: frozenset[tuple[int, int]] = frozenset(),
+             calls_termed: Callable[[], object] | None = None) -> StopResult:
         """Stop the tree in the loop's order, the way a terminal's Ctrl-C and systemd's KillMode=mixed do:
 
         1. TERM the process group of `leader` (the loop: a session and group leader), so its trap runs
@@ -168,7 +169,8 @@ class ProcessTree:
            (`call_family`: their descendants, a wrapper between a call and the loop such as GNU `timeout`
            or a package runner, a `tee` reading a call's output), so the loop records its interruption
            while its call still works;
-        2. once the leader has exited or half the grace has passed, TERM everything left;
+        2. once the leader has exited or half the grace has passed, TERM everything left (and run
+           `calls_termed`: a call in a container gets its TERM through its engine);
         3. KILL at the grace, then re-scan until nothing is left (bounded by kill_timeout).
 
         Newcomers are TERMed in phase 2 and after; a newcomer for which `refuse(stat)` is true (an agent
@@ -186,6 +188,8 @@ class ProcessTree:
             seen.update((s.pid, s.start_ticks) for s in stats)
             head = next((s for s in stats if s.pid == leader), None) if leader is not None else None
             everyone = head is None
+            if head is None and calls_termed is not None:
+                calls_termed()
             if head is not None:
                 spared = call_family(stats, calls, leader) if calls else set()
                 self._term([s for s in stats if s.pgid == head.pgid and (s.pid, s.start_ticks) not in spared],
@@ -213,6 +217,8 @@ class ProcessTree:
                 if not everyone and (time.monotonic() >= half or not any(s.pid == leader for s in stats)):
                     everyone = True
                     pause_s = 0.005
+                    if calls_termed is not None:
+                        calls_termed()
                 if everyone:
                     rest = [s for s in stats if (s.pid, s.start_ticks) not in signalled]
                     if rest:

@@ -1,0 +1,80 @@
+"""Agent calls in containers: the front-end is the call, the container is what must be frozen and stopped.
+
+`docker run … IMAGE claude -p …` and `docker exec BOX codex exec …` (podman, nerdctl alike) leave only the
+client in the loop's tree. Signals to it do not reach the agent: `docker exec` forwards none, a killed
+`docker run` leaves its container running, a stopped client does not pause it. So a pause, resume and stop
+act on the container itself through its engine (`pause`, `unpause`, `kill`), named by `--name`, by the id
+the engine wrote to `--cidfile`, or by the container `exec` names. A call whose container cannot be named
+is observed, not controlled, and that is said once.
+
+    >>> from ralph_supervisor.agents.recognize import Container
+from ralph_supervisor.process.helpers import HELPERS
+    >>> reference(Container("docker", "exec", "box", None), read=lambda path: None)
+    'box'
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from ralph_supervisor.agents.recognize import Container
+from ralph_supervisor.process.helpers import HELPERS
+
+log = structlog.get_logger(__name__)
+
+ENGINE_TIMEOUT_SECONDS = 10.0
+VERBS = {"pause": ("pause",), "unpause": ("unpause",), "term": ("kill", "--signal", "TERM"), "kill": ("kill",)}
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def reference(container: Container, read: Callable[[str], str | None] = _read_text) -> str | None:
+    """What to call the container when asking its engine: its name, or the id in its cidfile. None: unknown."""
+    if container.target:
+        return container.target
+    if container.cidfile:
+        text = (read(container.cidfile) or "").strip()
+        return text or None
+    return None
+
+
+@dataclass(frozen=True)
+class ContainerCall:
+    """The container an agent call runs in, and how to reach it."""
+
+    engine: str
+    ref: str
+
+    def act(self, verb: str) -> bool:
+        """Ask the engine to pause, unpause, TERM or kill the container; True when it said yes. The engine's
+        client runs as a helper of ours (never a member of the loop's tree, which a stop would kill)."""
+        try:
+            proc = HELPERS.popen([self.engine, *VERBS[verb], self.ref], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, process_group=0)
+        except OSError as exc:
+            log.warning("container_action_failed", engine=self.engine, container=self.ref, action=verb, error=str(exc))
+            return False
+        try:
+            _, err = proc.communicate(timeout=ENGINE_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            err = b"the engine did not answer in time"
+        finally:
+            HELPERS.done(proc.pid)
+        if proc.returncode != 0:
+            log.warning("container_action_failed", engine=self.engine, container=self.ref, action=verb,
+                        error=err.decode(errors="replace").strip()[:300])
+            return False
+        log.info("container_action", engine=self.engine, container=self.ref, action=verb)
+        return True
