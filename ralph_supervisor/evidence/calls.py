@@ -434,38 +434,43 @@ class CallWatcher:
         if self._holding is not None:
             self._kill_newcomers(stats, candidates)
             return
-        found = self.tracker.new_call_candidate(candidates)
-        while found is not None and self._reply_boundary:
-            began_stat = next(s for s in stats if (s.pid, s.create_time) == found)
-            if time.time() - process_age(began_stat.start_ticks) >= self._reply_boundary:
-                break
-            self.tracker.ignore_process(*found)  # the call whose reply was already counted from the output
-            found = self.tracker.new_call_candidate(candidates)
+        found = self._new_call(stats, candidates)
         if found is None:
             self._bound_replies(now)
             return
-        stat = next(s for s in stats if (s.pid, s.create_time) == found)
         if self._verdict_pending():  # frozen until the call before it is judged; begun at a tick after that
-            if (stat.pid, stat.start_ticks) not in self._gated and signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
-                self._gated[(stat.pid, stat.start_ticks)] = stat
-                log.info("agent_call_gated", pid=stat.pid, name=stat.name, until="the verdict on the call before it")
+            if (found.pid, found.start_ticks) not in self._gated and signal_if_same(found.pid, found.start_ticks, signal.SIGSTOP):
+                self._gated[(found.pid, found.start_ticks)] = found
+                log.info("agent_call_gated", pid=found.pid, name=found.name, until="the verdict on the call before it")
             return
-        self._bound_replies(now, before=time.time() - process_age(stat.start_ticks))  # theirs, not this one's
-        name, argv, _ = self._identity(stat)
-        fd = open_pidfd(stat.pid)
-        if fd is not None and (read_stat(stat.pid) or stat).start_ticks != stat.start_ticks:
+        began = _started_at(found)
+        self._bound_replies(now, before=began)  # replies read before it began are theirs, not this one's
+        fd = open_pidfd(found.pid)
+        if fd is not None and (read_stat(found.pid) or found).start_ticks != found.start_ticks:
             os.close(fd)
             fd = None
         if fd is None:  # gone already: when it ended is unknown, so its reply in the output tells the call
-            self.tracker.ignore_process(stat.pid, stat.create_time)
+            self.tracker.ignore_process(found.pid, found.create_time)
             return
-        parent = read_stat(stat.ppid)
-        running = _Running("", stat.start_ticks, fd, parent.name if parent is not None else "")
-        if fd is not None and self._exits is not None:
+        parent = read_stat(found.ppid)
+        running = _Running("", found.start_ticks, fd, parent.name if parent is not None else "")
+        if self._exits is not None:
             self._exits.watch(fd, running)
-        began = max(time.time() - process_age(stat.start_ticks), self._idle_since)  # the kernel's clock
+        began = max(began, self._idle_since)
         self.pool.submit(self.workspace.begin_iteration, "", began)  # its first writes came before we saw it
-        self._begin(stat, name, argv, running, announced_at=began)
+        name, argv, _ = self._identity(found)
+        self._begin(found, name, argv, running, announced_at=began)
+
+    def _new_call(self, stats: list[ProcStat], candidates: list[tuple[int, float, str, tuple[str, ...]]]) -> ProcStat | None:
+        """The oldest candidate not seen before, but none that began before the last reply counted from the
+        output (that reply was its call)."""
+        by_key = {(s.pid, s.create_time): s for s in stats}
+        while (found := self.tracker.new_call_candidate(candidates)) is not None:
+            stat = by_key[found]
+            if not self._reply_boundary or _started_at(stat) >= self._reply_boundary:
+                return stat
+            self.tracker.ignore_process(*found)
+        return None
 
     def _bound_replies(self, now: float, before: float | None = None) -> None:
         """Tick, no call running: each reply that ended in the output no call claimed is an iteration (all
@@ -781,6 +786,11 @@ class CallWatcher:
     def _gap(self, delta: Any) -> None:
         log.info("changed_between_calls", files_changed=delta.files_changed, commits=delta.commits,
                  paths=list(delta.paths[:10]), iteration=self.tracker.number)
+
+
+def _started_at(stat: ProcStat) -> float:
+    """When a process began, on the wall clock, from the kernel's start time (to a clock tick)."""
+    return time.time() - process_age(stat.start_ticks)
 
 
 def read_cmdline(pid: int) -> tuple[str, ...]:
