@@ -17,7 +17,6 @@ from typing import Any, NoReturn, Sequence
 from ralph_supervisor import __version__
 from ralph_supervisor.settings import (
     OPTIONS,
-    STATE_DIR_NAME,
     Settings,
     SettingsError,
     expand_path,
@@ -50,7 +49,8 @@ class _Parser(argparse.ArgumentParser):
 def _workspace_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-w", "--workspace", metavar="DIR", default=None, help="the watched project folder (default: .)")
     parser.add_argument("--state-dir", metavar="DIR", default=None,
-                        help=f"where the supervisor keeps its files (default: DIR/{STATE_DIR_NAME})")
+                        help="where the supervisor keeps its files (default: a folder of DIR's own under "
+                             "$XDG_STATE_HOME/ralph-supervise/workspaces/, outside DIR)")
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -77,7 +77,9 @@ def _state_dir(workspace: str | None, state_dir: str | None) -> Path:
     if state_dir:
         path = expand_path(state_dir, "--state-dir")
         return path if path.is_absolute() else (root / path).resolve()
-    return root.resolve() / STATE_DIR_NAME
+    from ralph_supervisor.state_folder import find_state_dir
+
+    return find_state_dir(root.resolve())
 
 
 def build_run_settings(argv: Sequence[str], env: dict[str, str] | None = None) -> Settings:
@@ -161,7 +163,9 @@ def cmd_control(name: str, argv: Sequence[str]) -> int:
     try:
         result = request(state_dir, name, timeout=timeout)
     except NoSupervisor:
-        print(f"ralph-supervise {name}: no supervisor is running for {state_dir.parent}", file=sys.stderr)
+        where = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+        print(f"ralph-supervise {name}: no supervisor is running for {where} (state folder {state_dir})",
+              file=sys.stderr)
         return 1
     except ControlError as exc:
         print(f"ralph-supervise {name}: {exc}", file=sys.stderr)

@@ -93,7 +93,8 @@ class SnapshotKeeper:
             self.problem = "--snapshot-budget is 0"
             return
         try:
-            self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file)
+            self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file,
+                                       skip=settings.snapshot_skip)
         except SnapshotError as exc:
             self.problem = str(exc)
             return

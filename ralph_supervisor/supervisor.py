@@ -68,6 +68,8 @@ from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelt
 from ralph_supervisor.files import child_log, events_jsonl, ledger_json, state_json
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
+from ralph_supervisor import state_folder
+from ralph_supervisor.run_folder import RunFolder, RunFolderError
 from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
@@ -144,7 +146,7 @@ class ChildInfo:
 class Supervisor:
     """Builds the parts, routes their events, applies decisions, shuts down. Lives on one event loop."""
 
-    def __init__(self, settings: Settings, terminal: Terminal | None = None) -> None:
+    def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None) -> None:
         self.settings = settings
         self.terminal = terminal or Terminal(None, None)
         """The loop's echo and our lines on the terminal, never blocking (terminal.py); none by default."""
@@ -222,7 +224,9 @@ class Supervisor:
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
-        self._child_env = self.calls.prepare(self.state_dir, self._child_environment())
+        # the shims go in this run's private folder, neither in the workspace nor in the state folder
+        self._child_env = (self.calls.prepare(run_dir, self._child_environment()) if run_dir is not None
+                           else self._child_environment())
 
     # ------------------------------------------------------------------ set-up and tear-down
 
@@ -843,8 +847,17 @@ def write_report_at_exit(state_dir: Path) -> None:
 
 async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:
     """Supervise; the exit code, and whether a second signal asked to leave at once."""
-    supervisor = Supervisor(settings, terminal)
-    code = await supervisor.run()
+    try:
+        run_dir: RunFolder | None = RunFolder.create()
+    except RunFolderError as exc:
+        log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
+        run_dir = None
+    try:
+        supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None)
+        code = await supervisor.run()
+    finally:
+        if run_dir is not None:
+            run_dir.remove()
     return code, supervisor.hurry
 
 
@@ -866,7 +879,11 @@ def run_supervisor(settings: Settings) -> int:
         print(f"ralph-supervise: {problem}", file=sys.stderr)
         return 1
     try:
+        where = state_folder.set_up(settings)  # outside the workspace; an old in-workspace folder moved out
         files.prepare(settings.state_dir)
+    except state_folder.StateFolderError as exc:
+        print(f"ralph-supervise: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"ralph-supervise: --state-dir: cannot create {settings.state_dir}: {exc.strerror or exc}",
               file=sys.stderr)
@@ -874,8 +891,8 @@ def run_supervisor(settings: Settings) -> int:
     lock = InstanceLock(lock_file.path(settings.state_dir))
     try:
         lock.acquire()
-    except AlreadyRunning as exc:
-        print(f"ralph-supervise: {exc}", file=sys.stderr)
+    except AlreadyRunning as exc:  # the folder is outside the workspace: name the workspace too
+        print(f"ralph-supervise: {exc}, the state folder of {settings.workspace}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"ralph-supervise: cannot lock {lock.path}: {exc.strerror or exc}", file=sys.stderr)
@@ -887,6 +904,8 @@ def run_supervisor(settings: Settings) -> int:
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
     events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr)
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
+    for line in where:  # on stderr as every event is, and in events.jsonl
+        log.info("state_folder", state_dir=str(settings.state_dir), note=line)
     code, hurried = 1, False
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))

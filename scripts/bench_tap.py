@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
+from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
 RSS_TARGET_MB = 60.0
 RATIO_TARGET = 1.25
@@ -93,7 +94,7 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
             code, usage = kit.wait_rusage(proc, timeout=10)
     whole = time.monotonic() - started
     sampler.stop()
-    state = workspace / ".ralph-supervise"
+    state = default_state_dir(workspace)
     logged = kit.dir_bytes(state, "child.log*")
     result = {
         "child_s": read_stamp(stamp),

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import fault_procs
+from tests.helpers import fault_procs, state_dir_of
 from tests.helpers.fault_procs import states
 from tests.helpers.supervise import LOOP, events, history, run, start, wait_for
 
@@ -129,7 +129,7 @@ def test_snapshots_never_touch_the_users_repository_and_keep_to_their_budget(tmp
     assert set(git(ws, "status", "--porcelain", "-uall").splitlines()) == set(status_before.splitlines()) | agent
 
     listed = snapshots(ws)
-    state_dir = ws / ".ralph-supervise"
+    state_dir = state_dir_of(ws)
     store_bytes = json.loads(cli(ws, "snapshots", "--json").stdout)["store_bytes"]
     assert store_bytes <= 1_000_000, store_bytes
     assert listed[-1]["iteration"] == 5 and listed[-1]["files"] == 5  # .gitignore, tracked, staged, untracked, data/random.bin
@@ -169,7 +169,7 @@ def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_
         c3="for f in src/gen/*; do rm -f \"$f\"; sleep 0.1; done\n",
     )
     proc = start(ws, *FAST, "--cooldown", "10", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps))
-    state_dir = ws / ".ralph-supervise"
+    state_dir = state_dir_of(ws)
     try:
         wait_for(lambda: events(state_dir, "iteration_started"), timeout=30, what="the first call")
         refused = cli(ws, "restore", "0")
@@ -240,7 +240,7 @@ def test_rm_rf_in_a_folder_that_is_no_repository_stops_the_run_and_restores(tmp_
     done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps),
                timeout=60)
     assert done.returncode == 2, done.stderr.decode()[-2000:]
-    state_dir = ws / ".ralph-supervise"
+    state_dir = state_dir_of(ws)
     assert [h["trigger"] for h in history(state_dir)] == ["destructive"]
     assert not (ws / "src").exists()
     assert (ws / ".git").exists() is False
@@ -249,3 +249,45 @@ def test_rm_rf_in_a_folder_that_is_no_repository_stops_the_run_and_restores(tmp_
     assert (ws / "src" / "blob.bin").read_bytes() == b"\x01\x02\xff"
     assert sorted(p.name for p in (ws / "src" / "pkg").iterdir()) == sorted(f"m{i}.py" for i in range(30))
     assert (ws / "src" / "pkg" / "m12.py").read_text() == "line 12\n"
+
+
+def test_git_clean_x_after_three_calls_of_work_is_undone_with_the_ignored_env_byte_for_byte(tmp_path: Path) -> None:
+    """The issue's loop: three calls write ten new files each (untracked, as new work is until committed), the
+    fourth runs `git clean -fdxq`. The state folder is out of its reach: the trip names snapshot 3, which holds
+    the 30 files and the ignored `.env`; history, events and escalation are all there."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q")
+    (ws / ".gitignore").write_text(".env\n")
+    (ws / "README.md").write_text("# project\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    secret = b"API_KEY=not-a-real-key\nDATABASE_URL=postgres://u:p@localhost/db\n"
+    (ws / ".env").write_bytes(secret)
+    (ws / ".env").chmod(0o600)
+
+    def work(n: int) -> str:
+        return (f"mkdir -p work; i=0; while [ $i -lt 10 ]; do printf 'call {n} file %s\\n' $i > work/c{n}_$i.txt; "
+                f"i=$((i+1)); done\n")
+
+    steps = calls(tmp_path, c1=work(1), c2=work(2), c3=work(3), c4="git clean -fdxq\n")
+    done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps),
+               timeout=120)
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    assert not (ws / ".env").exists() and not (ws / "work").exists(), "the clean ran"
+    state = state_dir_of(ws)
+    opened = [h for h in history(state) if h["to"] == "OPEN"]
+    assert [h["trigger"] for h in opened] == ["destructive"] and opened[0]["iteration"] == 4
+    assert f"restore 3 -w {ws}" in opened[0]["reason"]
+    assert f"ralph-supervise restore 3 -w {ws}" in (state / "escalation.md").read_text()
+    finished = events(state, "iteration_finished")
+    assert [e["iteration"] for e in finished][:4] == [1, 2, 3, 4]
+    assert events(state, "supervisor_stopped") and not events(state, "state_file_lost")
+
+    restored = cli(ws, "restore", "3")
+    assert restored.returncode == 0, restored.stderr
+    assert (ws / ".env").read_bytes() == secret and stat.S_IMODE((ws / ".env").stat().st_mode) == 0o600
+    for n in (1, 2, 3):
+        for i in range(10):
+            assert (ws / "work" / f"c{n}_{i}.txt").read_bytes() == f"call {n} file {i}\n".encode()
+    assert sorted(os.listdir(ws / "work")) == sorted(f"c{n}_{i}.txt" for n in (1, 2, 3) for i in range(10))
