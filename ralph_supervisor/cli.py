@@ -32,6 +32,8 @@ ralph-supervise pause | resume | stop [-w DIR]        ask the running supervisor
 ralph-supervise watch [--all] [-w DIR]                live view of a supervised loop (of every loop with --all)
 ralph-supervise report [-w DIR] [--html FILE] [--json] [--since ISO|DURATION]   what happened, for a human
 ralph-supervise ls [--json] [--prune]                 every supervisor of this user on this machine
+ralph-supervise ls --orphans [--json]                 state folders whose workspace is gone
+ralph-supervise forget [--yes] [-w DIR]               remove a workspace's state folder (asks first)
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
 ralph-supervise snapshots [--json] [-w DIR]          the workspace snapshots, one per iteration
 ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]   bring a snapshot's files back
@@ -219,7 +221,14 @@ def cmd_ls(argv: Sequence[str]) -> int:
     parser = _Parser(prog="ralph-supervise ls", description="Every supervisor of this user on this machine.")
     parser.add_argument("--json", action="store_true", help="one JSON object per loop, in a list")
     parser.add_argument("--prune", action="store_true", help="remove stale (and unreadable) registry entries")
+    parser.add_argument("--orphans", action="store_true", help="state folders whose workspace is gone")
     args = parser.parse_args(argv)
+    if args.orphans:
+        if args.prune:
+            raise SettingsError("ls: --orphans and --prune do not go together (forget removes a state folder)")
+        from ralph_supervisor.forget import orphans_main
+
+        return orphans_main(as_json=args.json)
     from ralph_supervisor import fleet
 
     return fleet.main(as_json=args.json, prune=args.prune)
@@ -250,6 +259,14 @@ def cmd_restore(argv: Sequence[str]) -> int:
     root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
     state_dir = _state_dir(args.workspace, args.state_dir)
     return restore.restore(root, state_dir, int(text), args.paths, args.to)
+
+
+def cmd_forget(argv: Sequence[str]) -> int:
+    args = _simple_parser("forget", [("--yes", "remove without asking")]).parse_args(argv)
+    from ralph_supervisor.forget import forget
+
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+    return forget(root, _state_dir(args.workspace, args.state_dir), yes=args.yes)
 
 
 def cmd_check(argv: Sequence[str]) -> int:
@@ -296,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_snapshots(rest)
         if head == "restore":
             return cmd_restore(rest)
+        if head == "forget":
+            return cmd_forget(rest)
         return cmd_run(argv)
     except SettingsError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)

@@ -71,6 +71,8 @@ BUDGET_LOW_WATER = 0.9
 """Dropping for the budget goes on until the store is below this share of it (so not every snapshot
 costs a garbage collection)."""
 KEEP_NEWEST = 3
+SKIP_MEASURE_EVERY_S = 600.0
+"""A skipped tree's size is measured at most this often (walking a 2 GB node_modules takes a while)."""
 """The budget never drops the newest snapshots: the one before a destruction is among them."""
 NEVER_STORED = frozenset({".git", ".ralph-supervise", ".ralph"})
 """Folder names never stored, ignored or not: git's internals, our old state folder, the loop's bookkeeping."""
@@ -148,6 +150,8 @@ class SnapshotInfo:
     """Folders that are git repositories of their own (not stored: git keeps their contents apart)."""
     skipped: tuple[str, ...] = ()
     """Ignored regenerable trees (`--snapshot-skip`), by their root: listed, not stored."""
+    skipped_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Their sizes, as last measured (at most every SKIP_MEASURE_EVERY_S)."""
     modes: Mapping[str, int] = field(default_factory=dict)
     """Permission bits of the files whose mode git would not restore (not 0644 or 0755)."""
     before_trip: str | None = None
@@ -162,7 +166,7 @@ class SnapshotInfo:
             "before_trip": self.before_trip,
             "not_stored": list(self.not_stored), "not_stored_count": self.not_stored_count,
             "moved": list(self.moved), "nested": list(self.nested), "skipped": list(self.skipped),
-            "commit": self.commit,
+            "skipped_bytes": dict(self.skipped_bytes), "commit": self.commit,
         }
 
     def message(self) -> str:
@@ -184,6 +188,7 @@ class SnapshotInfo:
             added=_int(data, "added"), modified=_int(data, "modified"), deleted=_int(data, "deleted"),
             commit=commit, not_stored=_strings(data, "not_stored"), not_stored_count=_int(data, "not_stored_count"),
             moved=_strings(data, "moved"), nested=_strings(data, "nested"), skipped=_strings(data, "skipped"),
+            skipped_bytes=_sizes(data, "skipped_bytes"),
             modes={str(p): int(str(m), 8) for p, m in modes_raw.items()} if isinstance(modes_raw, dict) else {},
         )
 
@@ -193,6 +198,13 @@ def _int(data: Mapping[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"snapshot field {key!r} must be a non-negative integer")
     return value
+
+
+def _sizes(data: Mapping[str, Any], key: str) -> dict[str, int]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ValueError(f"snapshot field {key!r} must be an object")
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
 
 
 def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -372,6 +384,8 @@ class SnapshotStore:
         """Files larger than this are listed, not stored (0: no limit)."""
         self.skip = None if skip is None else frozenset(skip)
         """Store the files git ignores too, but for trees of these names (None: ignored files are not stored)."""
+        self._skip_sizes: dict[str, tuple[float, int]] = {}
+        """Each skipped root's size and when it was measured."""
         inside = os.path.relpath(self.state_dir, self.workspace)
         self._state_prefix = None if inside == ".." or inside.startswith("../") else inside
         found = git or find_git()
@@ -791,6 +805,7 @@ class SnapshotStore:
             skipped=(tuple(sorted(work.skipped))[:LIST_MAX] if work.skipped is not None
                      else parent.skipped if parent is not None else ()),
         )
+        info = replace(info, skipped_bytes=self._measure_skipped(info.skipped, now))
         # No parent link: each snapshot stands alone, so dropping the oldest refs frees what only they held.
         commit = self._git.run("commit-tree", tree, input=info.message().encode("utf-8"), now=now).decode().strip()
         self._write_ref(info.id, commit)
@@ -799,6 +814,23 @@ class SnapshotStore:
         self._stored_since += sum(sig[0] for sig in work.add.values()) + 1024
         self._takes_since += 1
         return info
+
+    def _measure_skipped(self, roots: Sequence[str], now: float) -> dict[str, int]:
+        """The skipped trees' sizes, each walked again only when its last measure is SKIP_MEASURE_EVERY_S old."""
+        sizes = {}
+        for root in roots:
+            measured = self._skip_sizes.get(root)
+            if measured is None or now - measured[0] >= SKIP_MEASURE_EVERY_S:
+                total = 0
+                for dirpath, _dirs, names in os.walk(os.path.join(self.workspace, root)):
+                    for name in names:
+                        with contextlib.suppress(OSError):
+                            total += os.lstat(os.path.join(dirpath, name)).st_size
+                measured = self._skip_sizes[root] = (now, total)
+            sizes[root] = measured[1]
+        for gone in set(self._skip_sizes) - set(roots):
+            del self._skip_sizes[gone]
+        return sizes
 
     def _write_ref(self, snapshot_id: int, commit: str) -> None:
         """A loose ref is a file holding the commit (git's own format); written whole or not at all."""

@@ -65,11 +65,13 @@ from ralph_supervisor.evidence.silence import SilenceMeter
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import Chunk, OutputTap
 from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
-from ralph_supervisor.files import child_log, events_jsonl, ledger_json, state_json
+from ralph_supervisor.files import child_log, escalation_md, events_jsonl, ledger_json, state_json
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor import state_folder
 from ralph_supervisor.run_folder import RunFolder, RunFolderError
+from ralph_supervisor.state_guard import StateGuard
+from ralph_supervisor.store import atomic_write_text
 from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
@@ -148,6 +150,8 @@ class Supervisor:
 
     def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None) -> None:
         self.settings = settings
+        self.guard: StateGuard | None = None
+        self._escalation_text: str | None = None
         self.terminal = terminal or Terminal(None, None)
         """The loop's echo and our lines on the terminal, never blocking (terminal.py); none by default."""
         self.state_dir = settings.state_dir
@@ -259,6 +263,7 @@ class Supervisor:
         elif not (self._signals or self._exiting()):  # a signal during start-up: never start the command
             self._spawn()
         self._save()
+        self.guard = StateGuard(self.state_dir, self._write_again)  # a file of ours deleted comes back
         self.sd.ready(self._sd_status())
 
         ticker = asyncio.create_task(self._tick_loop())
@@ -322,6 +327,8 @@ class Supervisor:
         self.sd.stopping()
         self.child_log.close()
         self.records.close()
+        if self.guard is not None:
+            self.guard.close()
         try:
             self.member_record.clear()
         except OSError as exc:
@@ -512,6 +519,7 @@ class Supervisor:
             self.warnings.once("escalation_unwritable", error=str(exc))
             return
         self.records.escalation(text)
+        self._escalation_text = text
 
     async def _observe(self, report: IterationReport, now: float) -> None:
         """A finished iteration: log it, keep it, judge it."""
@@ -716,6 +724,7 @@ class Supervisor:
     async def _tick(self) -> None:
         now = time.time()
         self._on_sigchld()
+        await self._keep_state_whole()
         self.tailer.poll()
         stopping = self.actions.stopping
         stats = self.tree.sample() if not stopping else []
@@ -809,6 +818,34 @@ class Supervisor:
         """What the metrics read of the breaker at each scrape (any thread: only reads)."""
         snapshot = self.breaker.snapshot()
         return {"state": snapshot.state.value, "final": snapshot.final, "iteration": snapshot.iteration}
+
+    async def _keep_state_whole(self) -> None:
+        """A deleted or replaced file of ours is noticed within a tick, recreated and reported once."""
+        if self.guard is None:
+            return
+        for name in self.guard.check():
+            log.warning("state_file_lost", file=name, hint="recreated; what is written from now on is kept")
+        if self.control is not None and self.control.lost():
+            log.warning("state_file_lost", file="control.sock", hint="listening on a new socket")
+            try:
+                await self.control.rebind()
+            except (OSError, ControlError) as exc:
+                log.warning("control_socket_unavailable", error=str(exc))
+
+    def _write_again(self, name: str) -> None:
+        """Write a lost file again from what the supervisor holds."""
+        if name == state_json.NAME:
+            self._save()
+        elif name == ledger_json.NAME:
+            ledger = self.records.ledger
+            try:
+                atomic_write_text(ledger_json.path(self.state_dir), ledger_json.dump_ledger(ledger.goal, ledger.attempts))
+            except OSError as exc:
+                self.warnings.once("ledger_unwritable", error=str(exc))
+        elif name == escalation_md.NAME and self._escalation_text is not None:
+            self.records.escalation(self._escalation_text)
+        elif name == state_folder.ORIGIN_FILE:
+            state_folder.write_origin(self.settings.workspace, self.state_dir)
 
     def _save(self) -> None:
         self.records.save(self.breaker.snapshot(), limit_until=self.limit_until)

@@ -152,6 +152,8 @@ def test_ignored_files_are_stored_but_regenerable_trees_and_our_own_folders(ws: 
                             "pkg/__pycache__")
     assert info.not_stored == ("big.log",), "an ignored file over the limit is listed, not stored"
     assert SnapshotInfo.from_message(info.message(), info.commit).skipped == info.skipped
+    assert info.skipped_bytes == {root: 2 for root in info.skipped} | {"myenv": 2 + len("home = /usr\n")}
+    assert SnapshotInfo.from_message(info.message(), info.commit).skipped_bytes == info.skipped_bytes
     # `git clean -fdxq` takes every untracked and ignored file: restore brings them back byte for byte
     before = files_of(ws)
     subprocess.run(["git", "-C", str(ws), "clean", "-fdxq"], check=True)
@@ -167,6 +169,12 @@ def test_ignored_files_are_stored_but_regenerable_trees_and_our_own_folders(ws: 
     (ws / "keep.py").write_text("y\n")
     later = take(store, 1, ["keep.py"])
     assert ".env" in store.files_in(later) and later.skipped == info.skipped
+    (ws / "node_modules").mkdir()  # the clean took it: `npm install` brings it back, bigger
+    (ws / "node_modules" / "big.js").write_bytes(b"j" * 1000)  # measured again ten minutes on
+    soon = store.take(2, "iteration", ["keep.py"], now=time.time() + 60, exclude=rules)
+    assert soon.skipped_bytes["node_modules"] == 2
+    later = store.take(3, "iteration", ["keep.py"], now=time.time() + 601, exclude=rules)
+    assert later.skipped_bytes["node_modules"] == 1000
 
 
 def test_without_skip_names_ignored_files_stay_out_as_before(ws: Path) -> None:

@@ -284,3 +284,116 @@ def test_a_read_only_state_folder_is_one_line_and_exit_1(tmp_path: Path) -> None
     assert done.stderr.count("\n") == 1 and "cannot write there" in done.stderr and "--state-dir" in done.stderr, \
         done.stderr
     assert sorted(os.listdir(ws)) == []
+
+
+# ------------------------------------------------------------------------------------ a file of ours deleted
+
+
+def test_a_deleted_log_is_recreated_with_what_was_written_since_the_last_look(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_supervisor import rotating
+
+    monkeypatch.setattr(rotating, "CHECK_EVERY_S", 3600.0)  # the writer looks only when told to here
+    rotating.take_losses()
+    log = rotating.RotatingFile(tmp_path / "child.log", 1 << 20, 4 << 20)
+    log.write(b"before\n")
+    log._checked_at = float("-inf")
+    log.write(b"looked\n")  # the look finds the file in place: its size is remembered
+    (tmp_path / "child.log").unlink()
+    log.write(b"after 1\n")  # into the deleted file: not looked yet
+    log._checked_at = float("-inf")
+    log.write(b"after 2\n")  # the look: recreated, "after 1" copied over, then this
+    assert (tmp_path / "child.log").read_bytes() == b"looked\nafter 1\nafter 2\n"  # from the last look on
+    assert rotating.take_losses() == [tmp_path / "child.log"] and rotating.take_losses() == []
+    (tmp_path / "other").write_bytes(b"someone else's\n")
+    os.replace(tmp_path / "other", tmp_path / "child.log")  # replaced, not deleted
+    log.write(b"after 3\n")
+    log.close()  # the last look, at close: nothing stays in a replaced file
+    assert (tmp_path / "child.log").read_bytes() == b"someone else's\nafter 2\nafter 3\n"  # since the last look
+    assert rotating.take_losses() == [tmp_path / "child.log"]
+
+
+@pytest.mark.slow
+def test_the_state_folder_deleted_mid_run_comes_back_and_nothing_written_after_is_lost(tmp_path: Path) -> None:
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    state = state_dir_of(ws)
+    script = "i=0; while [ $i -lt 120 ]; do i=$((i+1)); echo \"line $i\"; sleep 0.05; done"
+    proc = start(ws, *FAST, "--", "sh", "-c", script)
+    try:
+        wait_for(lambda: (state / "child.log").exists() and b"line 10\n" in (state / "child.log").read_bytes(),
+                 what="the loop's output")
+        seen = [int(line.split()[1]) for line in (state / "child.log").read_text().split("\n") if line]
+        os.rename(state, tmp_path / "gone")  # `rm -rf`, without racing the supervisor's writes
+        shutil.rmtree(tmp_path / "gone")
+        wait_for(lambda: (state / "state.json").exists() and events(state, "state_file_lost"), timeout=10,
+                 what="the state folder recreated and the loss reported")
+        status = json.loads(wait_for(lambda: cli("status", "--json", cwd=ws).stdout, what="status"))
+        assert status["supervisor"]["running"], "the control socket answers again"
+        second = cli("run", *FAST, "--", "true", cwd=ws)
+        assert second.returncode == 1 and "already running" in second.stderr, "the lock was taken again"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    numbers = [int(line.split()[1]) for line in (state / "child.log").read_text().split("\n") if line]
+    assert numbers == list(range(numbers[0], 121)) and numbers[0] <= seen[-1] + 1, (seen[-1], numbers[:3])
+    lost = [e["file"] for e in events(state, "state_file_lost")]
+    assert lost.count(str(state)) == 1 and "control.sock" in lost
+    assert len(lost) == len(set(lost)), f"each loss is reported once: {lost}"
+    assert events(state, "supervisor_stopped") and json.loads((state / "state.json").read_text())["state"] == "CLOSED"
+
+
+# ------------------------------------------------------------------------------------ forget, ls --orphans
+
+
+def test_forget_asks_first_and_removes_only_a_state_folder_no_supervisor_holds(tmp_path: Path) -> None:
+    import io
+
+    from ralph_supervisor.forget import forget
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    state = state_dir_of(ws)
+    out, err = io.StringIO(), io.StringIO()
+    assert forget(ws, state, yes=True, stdout=out, stderr=err) == 1 and "no state folder" in err.getvalue()
+    state_folder.set_up(settings_for(ws))
+    (state / "state.json").write_text("{}\n")
+    piped = cli("forget", cwd=ws)  # stdin is not a terminal: it will not guess
+    assert piped.returncode == 1 and "--yes" in piped.stderr and state.is_dir()
+    lock = InstanceLock(state / "supervisor.lock")
+    lock.acquire()
+    try:
+        refused = cli("forget", "--yes", cwd=ws)
+        assert refused.returncode == 1 and "stop it first" in refused.stderr and state.is_dir()
+    finally:
+        lock.release()
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert forget(ws, state, yes=False, stdin=Terminal("n\n"), stdout=out, stderr=err) == 1 and state.is_dir()
+    assert forget(ws, state, yes=False, stdin=Terminal("y\n"), stdout=out, stderr=err) == 0
+    assert not state.exists() and "[y/N]" in out.getvalue() and f"removed {state}" in out.getvalue()
+    mine = tmp_path / "not-ours"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work\n")
+    kept = cli("forget", "--yes", "--state-dir", str(mine), cwd=ws)
+    assert kept.returncode == 1 and "none of the supervisor's files" in kept.stderr and (mine / "thesis.tex").exists()
+    assert cli("forget", "--yes", "--state-dir", str(ws / ".."), "-w", str(ws)).returncode == 1
+
+
+def test_ls_orphans_lists_the_state_folders_whose_workspace_is_gone(tmp_path: Path) -> None:
+    alive, gone = tmp_path / "alive", tmp_path / "gone"
+    for ws in (alive, gone):
+        ws.mkdir()
+        state_folder.set_up(settings_for(ws))
+    shutil.rmtree(gone)
+    listed = json.loads(cli("ls", "--orphans", "--json").stdout)
+    assert [(o["state_dir"], o["workspace"]) for o in listed] == [(str(state_dir_of(gone)), str(gone))]
+    shown = cli("ls", "--orphans")
+    assert shown.returncode == 0 and str(state_dir_of(gone)) in shown.stdout and "forget --state-dir" in shown.stdout
+    assert str(state_dir_of(alive)) not in shown.stdout
+    assert cli("ls", "--orphans", "--prune").returncode == 1
