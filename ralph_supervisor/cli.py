@@ -134,14 +134,16 @@ def cmd_status(argv: Sequence[str]) -> int:
     args = _simple_parser("status", [("--json", "machine-readable (the keys are in docs/reference.md)"),
                                      ("--tmux", "one short line for a tmux status bar")]).parse_args(argv)
     from ralph_supervisor import status
+    from ralph_supervisor.masking import Masker
 
     report = status.collect(_state_dir(args.workspace, args.state_dir))
+    masker = Masker.for_workspace(expand_path(args.workspace or ".", "-w/--workspace"))  # it quotes the agent
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(masker.mask(json.dumps(report, indent=2)))
     elif args.tmux:
-        print(status.tmux_line(report))
+        print(masker.mask(status.tmux_line(report)))
     else:
-        print(status.human(report))
+        print(masker.mask(status.human(report)))
     return 0
 
 

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from ralph_supervisor import masking
 from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.store import iso_utc
@@ -58,13 +59,13 @@ class _Fanout:
         raise structlog.DropEvent
 
     def _write(self, logger: Any, name: str, event_dict: dict[str, Any], file_only: bool) -> None:
-        line = json.dumps(event_dict, default=_json_default, ensure_ascii=False)
+        line = masking.mask(json.dumps(event_dict, default=_json_default, ensure_ascii=False))
         if self.events is not None:
             self.events.write(line.encode("utf-8", "replace") + b"\n")
         if self.stream is not None and not file_only:
             try:
                 if self.console is not None:
-                    text = self.console(logger, name, dict(event_dict))
+                    text = masking.mask(self.console(logger, name, dict(event_dict)))
                     self.stream.write(f"{text}\n")
                 else:
                     self.stream.write(line + "\n")

@@ -36,6 +36,8 @@ from typing import Any, Callable, Literal
 
 import structlog
 
+from ralph_supervisor import masking
+
 log = structlog.get_logger(__name__)
 
 __all__ = [
@@ -567,6 +569,8 @@ class Notifier:
             status, by = ("paused", "restart") if self.on_open == "kill" else ("stopped", "breaker")
             notice = replace(notice, verdict=_verdict(status, by, notice.trigger, notice.iteration))
         key = notice.key or repr(notice)
+        notice = replace(notice, title=masking.mask(notice.title), body=masking.mask(notice.body),
+                         reason=masking.mask(notice.reason), verdict=masking.mask(notice.verdict))
         with self._lock:
             if self._closed:
                 log.warning("notify_dropped", kind=notice.kind, reason="notifier closed")

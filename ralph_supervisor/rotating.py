@@ -58,8 +58,11 @@ class RotatingFile:
         *,
         whole_lines: bool = False,
         on_error: Callable[[OSError], None] | None = None,
+        mode: int = 0o644,
     ) -> None:
         self.path = path
+        self.mode = mode
+        """Of a file this creates (child.log: 0600, it holds what the agent printed, credentials and all)."""
         self.max_bytes = max(1, max_bytes)
         self.keep = max(0, total_bytes // self.max_bytes - 1)
         self.whole_lines = whole_lines
@@ -74,8 +77,14 @@ class RotatingFile:
 
     def _open(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            self._size = self._checked_size = os.fstat(self._fd).st_size
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
+            st = os.fstat(self._fd)
+            if st.st_mode & 0o777 & ~self.mode:  # an older, more open file (a child.log of 0644)
+                try:
+                    os.fchmod(self._fd, self.mode)
+                except OSError:
+                    pass
+            self._size = self._checked_size = st.st_size
             self._checked_at = time.monotonic()
         return self._fd
 
@@ -99,7 +108,7 @@ class RotatingFile:
         except OSError:
             return
         try:
-            new = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            new = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
         except OSError:
             return  # its folder is gone too: go on writing to the old file, copied once the folder is back
         try:

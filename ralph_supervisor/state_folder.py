@@ -13,10 +13,10 @@ target are one workspace). The `workspaces/` level keeps these folders apart fro
 `$XDG_STATE_HOME/ralph-supervise/` (the registry's entries when there is no runtime directory, `serve`'s
 token).
 
-Every command finds the folder from the workspace alone (`find_state_dir`): a folder `--state-dir` put
-elsewhere (a container's `/state`) through the registry of running supervisors, then the default place,
-then a `.ralph-supervise/` an earlier version left in the workspace (until `run` moves it out,
-`move_old_folder`).
+Every command finds the folder from the workspace alone (`find_state_dir`): the folder of a running
+supervisor of the workspace through the registry (wherever `--state-dir` put it: a container's `/state`),
+then the default place, then the folder of one that was killed without removing its entry, then a
+`.ralph-supervise/` an earlier version left in the workspace (until `run` moves it out, `move_old_folder`).
 
     >>> default_state_dir(Path("/home/me/src/app"), {"XDG_STATE_HOME": "/home/me/.local/state"})  # doctest: +ELLIPSIS
     PosixPath('/home/me/.local/state/ralph-supervise/workspaces/app-...')
@@ -89,8 +89,8 @@ def is_default(workspace: Path, state_dir: Path, env: Mapping[str, str] | None =
 # Finding it
 
 
-def registered_state_dirs(workspace: Path) -> list[Path]:
-    """State folders the registry names for this workspace, the running supervisors' first, then those of
+def registered_state_dirs(workspace: Path) -> tuple[list[Path], list[Path]]:
+    """State folders the registry names for this workspace: the running supervisors', and those of
     supervisors that died without removing their entry; only folders that exist."""
     from ralph_supervisor import registry
 
@@ -107,17 +107,19 @@ def registered_state_dirs(workspace: Path) -> list[Path]:
             bucket = alive if live else stale
             if path not in alive and path not in stale and path.is_dir():
                 bucket.append(path)
-    return alive + stale
+    return alive, [path for path in stale if path not in alive]
 
 
 def find_state_dir(workspace: Path, env: Mapping[str, str] | None = None) -> Path:
     """The state folder of a workspace, found from the workspace alone (see the module docstring)."""
     default = default_state_dir(workspace, env)
-    for path in registered_state_dirs(workspace):
-        if path != default:
-            return path
+    alive, stale = registered_state_dirs(workspace)
+    if alive:
+        return alive[0]  # a running supervisor's folder, wherever --state-dir put it
     if default.is_dir():
         return default
+    if stale:
+        return stale[0]  # one killed with SIGKILL, its folder elsewhere
     old = old_state_dir(workspace)
     if old.is_dir() and not old.is_symlink():
         return old

@@ -68,7 +68,7 @@ from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelt
 from ralph_supervisor.files import child_log, escalation_md, events_jsonl, ledger_json, state_json
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
-from ralph_supervisor import state_folder
+from ralph_supervisor import masking, state_folder
 from ralph_supervisor.run_folder import RunFolder, RunFolderError
 from ralph_supervisor.state_guard import StateGuard
 from ralph_supervisor.store import atomic_write_text
@@ -915,6 +915,7 @@ def run_supervisor(settings: Settings) -> int:
     if problem:
         print(f"ralph-supervise: {problem}", file=sys.stderr)
         return 1
+    masking.configure(settings.workspace)  # the .env's values are masked in all we show or send
     try:
         where = state_folder.set_up(settings)  # outside the workspace; an old in-workspace folder moved out
         files.prepare(settings.state_dir)

@@ -89,6 +89,21 @@ def test_every_command_finds_a_registered_folder_elsewhere_before_the_default(tm
     assert state_folder.find_state_dir(ws) == state_dir_of(ws)
 
 
+def test_a_killed_supervisors_folder_elsewhere_is_found_when_the_default_is_not_there(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    elsewhere = tmp_path / "volume"
+    elsewhere.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    entry = registry.register(workspace=ws, state_dir=elsewhere, name="ws", command=("loop",))
+    data = json.loads(entry.path.read_text())
+    entry.path.write_text(json.dumps({**data, "pid": dead.pid}))  # killed: its entry stayed behind
+    assert state_folder.find_state_dir(ws) == elsewhere
+    state_dir_of(ws).mkdir(parents=True)
+    assert state_folder.find_state_dir(ws) == state_dir_of(ws), "the default folder wins over a dead one's"
+
+
 # ------------------------------------------------------------------------------------ setting it up
 
 
