@@ -52,7 +52,8 @@ def _private_dir(path: Path) -> None:
     """Make `path` a folder of ours alone (0700), refusing one that another user or a symlink holds:
     in a shared /tmp, someone else could have made it first to read or replace our shims."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # ralph-supervise/ too: ours alone
+        path.mkdir(mode=0o700, exist_ok=True)
         info = os.lstat(path)
     except OSError as exc:
         raise RunFolderError(f"cannot make {path}: {exc.strerror or exc}") from None
