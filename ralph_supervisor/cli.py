@@ -37,6 +37,7 @@ ralph-supervise forget [--yes] [-w DIR]               remove a workspace's state
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
 ralph-supervise snapshots [--json] [-w DIR]          the workspace snapshots, one per iteration
 ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]   bring a snapshot's files back
+ralph-supervise restore --commits | --commit C --branch NAME [-w DIR]   the commits kept, one put back
 ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
 ralph-supervise --version | --help"""
 
@@ -244,7 +245,47 @@ def cmd_snapshots(argv: Sequence[str]) -> int:
     return restore.list_snapshots(root, _state_dir(args.workspace, args.state_dir), as_json=args.json)
 
 
+def cmd_restore_commits(argv: Sequence[str]) -> int:
+    """`restore --commits [--json]` lists the kept commits; `restore --commit C --branch NAME` puts one back."""
+    parser = _Parser(prog="ralph-supervise restore", usage="ralph-supervise restore --commits [--json] [-w DIR] | "
+                     "--commit COMMIT --branch NAME [-w DIR]")
+    _workspace_args(parser)
+    parser.add_argument("--commits", action="store_true", help="list the commits the store keeps")
+    parser.add_argument("--json", action="store_true", help="machine-readable")
+    parser.add_argument("--commit", metavar="COMMIT", default=None, help="a kept commit (4 or more hex digits)")
+    parser.add_argument("--branch", metavar="NAME", default=None, help="the new branch to put it on")
+    args = parser.parse_args(argv)
+    from ralph_supervisor import kept_commits
+    from ralph_supervisor.snapshots import SnapshotError, SnapshotStore
+
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+    state_dir = _state_dir(args.workspace, args.state_dir)
+    try:
+        store = SnapshotStore(root, state_dir)
+        if args.commit is not None:
+            if not args.branch:
+                raise SettingsError("restore --commit: --branch NAME is needed (your own branches are never moved)")
+            sha = kept_commits.bring_back(store, args.commit, args.branch)
+            print(f"branch {args.branch} of {root} is at {sha[:12]} again (with its history)")
+            return 0
+        listed = kept_commits.kept(store)
+    except (SnapshotError, ValueError) as exc:
+        print(f"ralph-supervise restore: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([k.to_dict() for k in listed], indent=2))
+    elif not listed:
+        print(f"no commits kept for {root} (kept while ralph-supervise runs in a git repository)")
+    else:
+        for k in listed:
+            print(f"{k.commit[:12]}  {k.at}  {'' if k.in_repository else '(gone from the repository) '}{k.subject}")
+        print("put one back with `ralph-supervise restore --commit COMMIT --branch NAME`")
+    return 0
+
+
 def cmd_restore(argv: Sequence[str]) -> int:
+    if any(arg in ("--commits", "--commit") or arg.startswith("--commit=") for arg in argv):
+        return cmd_restore_commits(argv)
     parser = _Parser(prog="ralph-supervise restore", usage="ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]",
                      description="Bring a snapshot's files back (all, or those under the given paths).")
     _workspace_args(parser)

@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import kept_commits
 from ralph_supervisor.evidence.destruction import Destruction, DestructionWatch
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, read_text
 from ralph_supervisor.evidence.workspace import Change
@@ -308,6 +309,12 @@ class SnapshotKeeper:
                  moved=len(info.moved), not_stored=info.not_stored_count, full=changed is None, duration_ms=took_ms)
         if info.moved:
             log.info("snapshot_files_moved", iteration=iteration, paths=list(info.moved[:20]))
+        try:  # the commits the user's branches point to: a reset, a deleted branch and a gc cannot take them
+            kept = kept_commits.keep(store)
+            if kept:
+                log.info("commits_kept", iteration=iteration, count=kept)
+        except SnapshotError as exc:
+            self._warn("commits_unkept", error=str(exc), hint="the files are still kept; the commits are not")
         self._keep_to_budget(store)
 
     def _keep_to_budget(self, store: SnapshotStore) -> None:

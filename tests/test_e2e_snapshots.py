@@ -291,3 +291,41 @@ def test_git_clean_x_after_three_calls_of_work_is_undone_with_the_ignored_env_by
         for i in range(10):
             assert (ws / "work" / f"c{n}_{i}.txt").read_bytes() == f"call {n} file {i}\n".encode()
     assert sorted(os.listdir(ws / "work")) == sorted(f"c{n}_{i}.txt" for n in (1, 2, 3) for i in range(10))
+
+
+def test_commits_the_agent_dropped_and_collected_are_kept_and_put_back_on_a_new_branch(tmp_path: Path) -> None:
+    """The agent commits three times, then `git reset --hard HEAD~3`, expires the reflog and collects: the
+    commits are gone from the repository, the store kept them, `restore --commit` puts them on a new branch
+    and never moves the user's own."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "README.md").write_text("# project\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    start = git(ws, "rev-parse", "HEAD").strip()
+
+    def commit(n: int) -> str:
+        return f"echo 'step {n}' > step_{n}.txt && git add -A && git commit -qm 'step {n}'\n"
+
+    steps = calls(tmp_path, c1=commit(1), c2=commit(2), c3=commit(3),
+                  c4="git reset -q --hard HEAD~3 && git reflog expire --expire=now --all && git gc -q --prune=now\n")
+    identity = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "agent",
+                "GIT_COMMITTER_EMAIL": "a@a", "GIT_CONFIG_GLOBAL": os.devnull}
+    # The reset deletes 3 of 4 files: a destructive trip would freeze the tree mid-gc; not what this test is about.
+    done = run(ws, *FAST, "--max-iterations", "4", "--no-progress", "100", "--destructive-files", "0",
+               "--destructive-share", "0", "--", str(LOOP), env=loop_env(steps, **identity), timeout=120)
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    assert git(ws, "rev-parse", "HEAD").strip() == start
+    assert git(ws, "log", "--all", "--format=%s").split("\n")[0] == "start", "the commits are gone from the repository"
+
+    listed = json.loads(cli(ws, "restore", "--commits", "--json").stdout)
+    by_subject = {k["subject"]: k for k in listed}
+    assert {"step 1", "step 2", "step 3"} <= set(by_subject)
+    assert not by_subject["step 3"]["in_repository"] and by_subject["start"]["in_repository"]
+    taken = cli(ws, "restore", "--commit", by_subject["step 3"]["commit"][:10], "--branch", "main")
+    assert taken.returncode == 1 and "exists" in taken.stderr, "the user's own branch is never moved"
+    back = cli(ws, "restore", "--commit", by_subject["step 3"]["commit"][:10], "--branch", "rescued")
+    assert back.returncode == 0, back.stderr
+    assert git(ws, "log", "--format=%s", "rescued").splitlines() == ["step 3", "step 2", "step 1", "start"]
+    assert git(ws, "rev-parse", "main").strip() == start and git(ws, "status", "--porcelain") == ""

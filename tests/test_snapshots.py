@@ -341,3 +341,55 @@ def test_git_failures_are_told_apart() -> None:
     assert refused_path("error: d/fifo: unsupported file type\nfatal: Unable to process path d/fifo") == "d/fifo"
     assert refused_path("error: open(\"secret\"): Permission denied\nerror: unable to index file 'secret'") == "secret"
     assert refused_path("fatal: bad") is None
+
+
+def test_kept_commits_survive_a_reset_and_a_gc_and_come_back_on_a_new_branch_only(ws: Path, tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_supervisor import kept_commits
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True, text=True,
+                              env=env).stdout
+
+    git("init", "-q", "-b", "main")
+    (ws / "a").write_text("a\n")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    store = SnapshotStore(ws, tmp_path / "state")
+    take(store, 0)
+    assert kept_commits.keep(store) == 1 and kept_commits.keep(store) == 0, "a tip is kept once"
+    for name in "BC":
+        (ws / name).write_text(name)
+        git("add", "-A")
+        git("commit", "-qm", name)
+        assert kept_commits.keep(store) == 1
+    git("reset", "-q", "--hard", "HEAD~2")
+    git("reflog", "expire", "--expire=now", "--all")
+    git("gc", "-q", "--prune=now")
+    listed = {k.subject: k for k in kept_commits.kept(store)}
+    assert set(listed) == {"A", "B", "C"} and listed["A"].in_repository and not listed["C"].in_repository
+    with pytest.raises(ValueError, match="exists"):
+        kept_commits.bring_back(store, listed["C"].commit, "main")
+    with pytest.raises(ValueError, match="no kept commit"):
+        kept_commits.bring_back(store, "0000000", "x")
+    with pytest.raises(ValueError, match="not a branch name"):
+        kept_commits.bring_back(store, listed["C"].commit, "../x")
+    assert kept_commits.bring_back(store, listed["C"].commit[:7], "rescued") == listed["C"].commit
+    assert git("log", "--format=%s", "rescued").split() == ["C", "B", "A"] and git("rev-parse", "main").strip() == \
+        listed["A"].commit
+    # A repository too big to copy is not: one error, the store left as it is
+    other = tmp_path / "big"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    (other / "f").write_text("f\n")
+    subprocess.run(["git", "-C", str(other), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(other), "commit", "-qm", "f"], check=True, env=env)
+    monkeypatch.setattr(kept_commits, "REPOSITORY_MAX", 10)
+    big = SnapshotStore(other, tmp_path / "state-big")
+    take(big, 0)
+    with pytest.raises(SnapshotError, match="not kept"):
+        kept_commits.keep(big)
+    assert kept_commits.kept(big) == []
