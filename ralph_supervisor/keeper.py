@@ -90,6 +90,8 @@ class SnapshotKeeper:
         """on, paused (a full disk: tried again at the next iteration) or off."""
         self.problem: str | None = None
         self._held_at_trip: SnapshotInfo | None = None
+        self._had_repository: bool | None = None
+        """Whether the workspace had a `.git` when first asked (None: not asked yet)."""
         if settings.snapshot_budget <= 0:
             self.problem = "--snapshot-budget is 0"
             return
@@ -190,6 +192,26 @@ class SnapshotKeeper:
         """The `snapshots` part of `status --json`."""
         return summary(self.latest, state=self.state, problem=self.problem, count=self.count,
                        store_bytes=self.bytes, budget=self.settings.snapshot_budget)
+
+    def repository_gone(self) -> str | None:
+        """The reason for a `destructive` open when the workspace's `.git` was there at start and is gone
+        now (once; None otherwise). The watcher never looks inside `.git`, so this is asked at every tick."""
+        if self.settings.destructive_files == 0 and self.settings.destructive_share == 0:
+            return None  # the destructive trip is off
+        had = self._had_repository
+        if had is None:
+            self._had_repository = (self.workspace / ".git").exists()
+            return None
+        if not had or os.path.lexists(self.workspace / ".git"):
+            return None
+        self._had_repository = False  # said once
+        held = self._held_at_trip = self.latest
+        text = f"iteration {self._iteration} deleted the repository ({self.workspace / '.git'}); its commits are kept: " \
+               f"`ralph-supervise restore --commits -w {self.workspace}`"
+        if held is not None:
+            text += f"; the files are in the snapshot of iteration {held.iteration}: " \
+                    f"`{restore_command(held.iteration, self.workspace)}`"
+        return one_line(text, 400)
 
     def destruction_reason(self, found: Destruction, iteration: int) -> str:
         """The breaker's reason: the count, the snapshot that holds the files and the command, a few paths."""

@@ -725,6 +725,9 @@ class Supervisor:
         now = time.time()
         self._on_sigchld()
         await self._keep_state_whole()
+        gone = self.keeper.repository_gone()  # the user's .git deleted: its commits are in the store
+        if gone is not None:
+            self._destroying(gone)
         self.tailer.poll()
         stopping = self.actions.stopping
         stats = self.tree.sample() if not stopping else []

@@ -329,3 +329,30 @@ def test_commits_the_agent_dropped_and_collected_are_kept_and_put_back_on_a_new_
     assert back.returncode == 0, back.stderr
     assert git(ws, "log", "--format=%s", "rescued").splitlines() == ["step 3", "step 2", "step 1", "start"]
     assert git(ws, "rev-parse", "main").strip() == start and git(ws, "status", "--porcelain") == ""
+
+
+def test_deleting_the_repository_is_a_destructive_trip_and_its_commits_come_back(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "README.md").write_text("# project\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    steps = calls(tmp_path, c1="echo work > work.txt && git add -A && git commit -qm 'the work'\n",
+                  c2="rm -rf .git\n")
+    identity = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "agent",
+                "GIT_COMMITTER_EMAIL": "a@a", "GIT_CONFIG_GLOBAL": os.devnull}
+    done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP),
+               env=loop_env(steps, **identity), timeout=120)
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"]
+    assert [h["trigger"] for h in opened] == ["destructive"] and opened[0]["iteration"] == 2
+    assert "deleted the repository" in opened[0]["reason"] and f"restore --commits -w {ws}" in opened[0]["reason"]
+    listed = {k["subject"]: k for k in json.loads(cli(ws, "restore", "--commits", "--json").stdout)}
+    assert not listed["the work"]["in_repository"]
+    nowhere = cli(ws, "restore", "--commit", listed["the work"]["commit"], "--branch", "main")
+    assert nowhere.returncode == 1 and "not a git repository" in nowhere.stderr
+    git(ws, "init", "-q", "-b", "fresh")
+    back = cli(ws, "restore", "--commit", listed["the work"]["commit"], "--branch", "main")
+    assert back.returncode == 0, back.stderr
+    assert git(ws, "log", "--format=%s", "main").splitlines() == ["the work", "start"]
