@@ -17,7 +17,6 @@ from typing import Any, NoReturn, Sequence
 from ralph_supervisor import __version__
 from ralph_supervisor.settings import (
     OPTIONS,
-    STATE_DIR_NAME,
     Settings,
     SettingsError,
     expand_path,
@@ -33,11 +32,14 @@ ralph-supervise pause | resume | stop [-w DIR]        ask the running supervisor
 ralph-supervise watch [--all] [-w DIR]                live view of a supervised loop (of every loop with --all)
 ralph-supervise report [-w DIR] [--html FILE] [--json] [--since ISO|DURATION]   what happened, for a human
 ralph-supervise ls [--json] [--prune]                 every supervisor of this user on this machine
+ralph-supervise ls --orphans [--json]                 state folders whose workspace is gone
+ralph-supervise forget [--yes] [-w DIR]               remove a workspace's state folder (asks first)
 ralph-supervise check --ledger FILE [FLAGS]           loop-context compatible ledger check
 ralph-supervise snapshots [--json] [-w DIR]          the workspace snapshots, one per iteration
 ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]   bring a snapshot's files back
 ralph-supervise serve [--listen HOST:PORT] [--allowed-host NAME] [--public-url URL] [--rotate-token]
                                                       a live web page of every loop, with pause/resume/stop
+ralph-supervise restore --commits | --commit C --branch NAME [-w DIR]   the commits kept, one put back
 ralph-supervise --circuit-status | --reset-circuit    the same as status / reset
 ralph-supervise --version | --help"""
 
@@ -52,7 +54,8 @@ class _Parser(argparse.ArgumentParser):
 def _workspace_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-w", "--workspace", metavar="DIR", default=None, help="the watched project folder (default: .)")
     parser.add_argument("--state-dir", metavar="DIR", default=None,
-                        help=f"where the supervisor keeps its files (default: DIR/{STATE_DIR_NAME})")
+                        help="where the supervisor keeps its files (default: a folder of DIR's own under "
+                             "$XDG_STATE_HOME/ralph-supervise/workspaces/, outside DIR)")
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -83,7 +86,9 @@ def _state_dir(workspace: str | None, state_dir: str | None) -> Path:
     if state_dir:
         path = expand_path(state_dir, "--state-dir")
         return path if path.is_absolute() else (root / path).resolve()
-    return root.resolve() / STATE_DIR_NAME
+    from ralph_supervisor.state_folder import find_state_dir
+
+    return find_state_dir(root.resolve())
 
 
 def build_run_settings(argv: Sequence[str], env: dict[str, str] | None = None) -> Settings:
@@ -136,14 +141,16 @@ def cmd_status(argv: Sequence[str]) -> int:
     args = _simple_parser("status", [("--json", "machine-readable (the keys are in docs/reference.md)"),
                                      ("--tmux", "one short line for a tmux status bar")]).parse_args(argv)
     from ralph_supervisor import status
+    from ralph_supervisor.masking import Masker
 
     report = status.collect(_state_dir(args.workspace, args.state_dir))
+    masker = Masker.for_workspace(expand_path(args.workspace or ".", "-w/--workspace"))  # it quotes the agent
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(masker.mask(json.dumps(report, indent=2)))
     elif args.tmux:
-        print(status.tmux_line(report))
+        print(masker.mask(status.tmux_line(report)))
     else:
-        print(status.human(report))
+        print(masker.mask(status.human(report)))
     return 0
 
 
@@ -167,7 +174,9 @@ def cmd_control(name: str, argv: Sequence[str]) -> int:
     try:
         result = request(state_dir, name, timeout=timeout)
     except NoSupervisor:
-        print(f"ralph-supervise {name}: no supervisor is running for {state_dir.parent}", file=sys.stderr)
+        where = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+        print(f"ralph-supervise {name}: no supervisor is running for {where} (state folder {state_dir})",
+              file=sys.stderr)
         return 1
     except ControlError as exc:
         print(f"ralph-supervise {name}: {exc}", file=sys.stderr)
@@ -221,7 +230,14 @@ def cmd_ls(argv: Sequence[str]) -> int:
     parser = _Parser(prog="ralph-supervise ls", description="Every supervisor of this user on this machine.")
     parser.add_argument("--json", action="store_true", help="one JSON object per loop, in a list")
     parser.add_argument("--prune", action="store_true", help="remove stale (and unreadable) registry entries")
+    parser.add_argument("--orphans", action="store_true", help="state folders whose workspace is gone")
     args = parser.parse_args(argv)
+    if args.orphans:
+        if args.prune:
+            raise SettingsError("ls: --orphans and --prune do not go together (forget removes a state folder)")
+        from ralph_supervisor.forget import orphans_main
+
+        return orphans_main(as_json=args.json)
     from ralph_supervisor import fleet
 
     return fleet.main(as_json=args.json, prune=args.prune)
@@ -235,7 +251,47 @@ def cmd_snapshots(argv: Sequence[str]) -> int:
     return restore.list_snapshots(root, _state_dir(args.workspace, args.state_dir), as_json=args.json)
 
 
+def cmd_restore_commits(argv: Sequence[str]) -> int:
+    """`restore --commits [--json]` lists the kept commits; `restore --commit C --branch NAME` puts one back."""
+    parser = _Parser(prog="ralph-supervise restore", usage="ralph-supervise restore --commits [--json] [-w DIR] | "
+                     "--commit COMMIT --branch NAME [-w DIR]")
+    _workspace_args(parser)
+    parser.add_argument("--commits", action="store_true", help="list the commits the store keeps")
+    parser.add_argument("--json", action="store_true", help="machine-readable")
+    parser.add_argument("--commit", metavar="COMMIT", default=None, help="a kept commit (4 or more hex digits)")
+    parser.add_argument("--branch", metavar="NAME", default=None, help="the new branch to put it on")
+    args = parser.parse_args(argv)
+    from ralph_supervisor import kept_commits
+    from ralph_supervisor.snapshots import SnapshotError, SnapshotStore
+
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+    state_dir = _state_dir(args.workspace, args.state_dir)
+    try:
+        store = SnapshotStore(root, state_dir)
+        if args.commit is not None:
+            if not args.branch:
+                raise SettingsError("restore --commit: --branch NAME is needed (your own branches are never moved)")
+            sha = kept_commits.bring_back(store, args.commit, args.branch)
+            print(f"branch {args.branch} of {root} is at {sha[:12]} again (with its history)")
+            return 0
+        listed = kept_commits.kept(store)
+    except (SnapshotError, ValueError) as exc:
+        print(f"ralph-supervise restore: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([k.to_dict() for k in listed], indent=2))
+    elif not listed:
+        print(f"no commits kept for {root} (kept while ralph-supervise runs in a git repository)")
+    else:
+        for k in listed:
+            print(f"{k.commit[:12]}  {k.at}  {'' if k.in_repository else '(gone from the repository) '}{k.subject}")
+        print("put one back with `ralph-supervise restore --commit COMMIT --branch NAME`")
+    return 0
+
+
 def cmd_restore(argv: Sequence[str]) -> int:
+    if any(arg in ("--commits", "--commit") or arg.startswith("--commit=") for arg in argv):
+        return cmd_restore_commits(argv)
     parser = _Parser(prog="ralph-supervise restore", usage="ralph-supervise restore ITERATION [--to DIR] [PATH...] [-w DIR]",
                      description="Bring a snapshot's files back (all, or those under the given paths).")
     _workspace_args(parser)
@@ -252,6 +308,14 @@ def cmd_restore(argv: Sequence[str]) -> int:
     root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
     state_dir = _state_dir(args.workspace, args.state_dir)
     return restore.restore(root, state_dir, int(text), args.paths, args.to)
+
+
+def cmd_forget(argv: Sequence[str]) -> int:
+    args = _simple_parser("forget", [("--yes", "remove without asking")]).parse_args(argv)
+    from ralph_supervisor.forget import forget
+
+    root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
+    return forget(root, _state_dir(args.workspace, args.state_dir), yes=args.yes)
 
 
 def cmd_check(argv: Sequence[str]) -> int:
@@ -302,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ralph_supervisor import serve
 
             return serve.main(rest)
+        if head == "forget":
+            return cmd_forget(rest)
         return cmd_run(argv)
     except SettingsError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)

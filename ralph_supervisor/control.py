@@ -204,6 +204,25 @@ class ControlServer:
             raise
         log.info("control_socket_listening", path=str(self.path))
 
+    def lost(self) -> bool:
+        """The socket file we listen on was deleted or replaced (no client can reach us through it)."""
+        if self._server is None or self._inode is None:
+            return False
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) != self._inode
+
+    async def rebind(self) -> None:
+        """Listen on a new socket file at the path; connections in flight on the old one finish there."""
+        old, self._server = self._server, None
+        if old is not None:
+            old.close()
+        await self.start()
+
     async def close(self) -> None:
         """Stop accepting, remove the socket file, let answers in flight finish (bounded)."""
         server, self._server = self._server, None

@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import kept_commits
 from ralph_supervisor.evidence.destruction import Destruction, DestructionWatch
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, read_text
 from ralph_supervisor.evidence.workspace import Change
@@ -93,11 +94,14 @@ class SnapshotKeeper:
         self.problem: str | None = None
         self._held_at_trip: SnapshotInfo | None = None
         self._held_for: tuple[str, SnapshotInfo] | None = None
+        self._had_repository: bool | None = None
+        """Whether the workspace had a `.git` when first asked (None: not asked yet)."""
         if settings.snapshot_budget <= 0:
             self.problem = "--snapshot-budget is 0"
             return
         try:
-            self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file)
+            self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file,
+                                       skip=settings.snapshot_skip)
         except SnapshotError as exc:
             self.problem = str(exc)
             return
@@ -192,6 +196,26 @@ class SnapshotKeeper:
         """The `snapshots` part of `status --json`."""
         return summary(self.latest, state=self.state, problem=self.problem, count=self.count,
                        store_bytes=self.bytes, budget=self.settings.snapshot_budget)
+
+    def repository_gone(self) -> str | None:
+        """The reason for a `destructive` open when the workspace's `.git` was there at start and is gone
+        now (once; None otherwise). The watcher never looks inside `.git`, so this is asked at every tick."""
+        if self.settings.destructive_files == 0 and self.settings.destructive_share == 0:
+            return None  # the destructive trip is off
+        had = self._had_repository
+        if had is None:
+            self._had_repository = (self.workspace / ".git").exists()
+            return None
+        if not had or os.path.lexists(self.workspace / ".git"):
+            return None
+        self._had_repository = False  # said once
+        held = self._held_at_trip = self.latest
+        text = f"iteration {self._iteration} deleted the repository ({self.workspace / '.git'}); its commits are kept: " \
+               f"`ralph-supervise restore --commits -w {self.workspace}`"
+        if held is not None:
+            text += f"; the files are in the snapshot of iteration {held.iteration}: " \
+                    f"`{restore_command(held.iteration, self.workspace)}`"
+        return one_line(text, 400)
 
     def destruction_reason(self, found: Destruction, iteration: int) -> str:
         """The breaker's reason: the count, the snapshot that holds the files and the command, a few paths."""
@@ -312,6 +336,12 @@ class SnapshotKeeper:
                  moved=len(info.moved), not_stored=info.not_stored_count, full=changed is None, duration_ms=took_ms)
         if info.moved:
             log.info("snapshot_files_moved", iteration=iteration, paths=list(info.moved[:20]))
+        try:  # the commits the user's branches point to: a reset, a deleted branch and a gc cannot take them
+            kept = kept_commits.keep(store)
+            if kept:
+                log.info("commits_kept", iteration=iteration, count=kept)
+        except SnapshotError as exc:
+            self._warn("commits_unkept", error=str(exc), hint="the files are still kept; the commits are not")
         self._keep_to_budget(store)
         self.on_snapshot(info)
 

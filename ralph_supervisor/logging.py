@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import structlog
 
 from ralph_supervisor.console import ConsoleLines, verbose_lines
+from ralph_supervisor import masking
 from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.rotating import RotatingFile
 from ralph_supervisor.store import iso_utc
@@ -69,7 +70,7 @@ class _Fanout:
         raise structlog.DropEvent
 
     def _write(self, logger: Any, name: str, event_dict: dict[str, Any], file_only: bool) -> None:
-        line = json.dumps(event_dict, default=_json_default, ensure_ascii=False)
+        line = masking.mask(json.dumps(event_dict, default=_json_default, ensure_ascii=False))
         if self.events is not None:
             self.events.write(line.encode("utf-8", "replace") + b"\n")
         if self.stream is not None and not file_only:
@@ -78,6 +79,7 @@ class _Fanout:
                     text = self.console(logger, name, dict(event_dict))
                     if text is None:
                         return
+                    text = masking.mask(text)
                     self.stream.write(f"{text}\n")
                 else:
                     self.stream.write(line + "\n")

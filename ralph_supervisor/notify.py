@@ -37,6 +37,7 @@ from typing import Any, Callable, Literal
 import structlog
 
 from ralph_supervisor.outcomes import breaker_label
+from ralph_supervisor import masking
 
 log = structlog.get_logger(__name__)
 
@@ -582,6 +583,8 @@ class Notifier:
         key = notice.key or repr(notice)
         if self.page is not None and not notice.page:
             notice = replace(notice, page=self.page() or "")
+        notice = replace(notice, title=masking.mask(notice.title), body=masking.mask(notice.body),
+                         reason=masking.mask(notice.reason), verdict=masking.mask(notice.verdict))
         with self._lock:
             if self._closed:
                 log.warning("notify_dropped", kind=notice.kind, reason="notifier closed")

@@ -95,7 +95,7 @@ def restore(workspace: Path, state_dir: Path, iteration: int, paths: Sequence[st
     before: SnapshotInfo | None = None
     paused = False
     if to is None:
-        refusal, paused, current = _tree_check(state_dir)
+        refusal, paused, current = _tree_check(state_dir, workspace)
         if refusal:
             return fail(refusal)
         dest = workspace
@@ -119,7 +119,7 @@ def restore(workspace: Path, state_dir: Path, iteration: int, paths: Sequence[st
     return 0
 
 
-def _tree_check(state_dir: Path) -> tuple[str | None, bool, int]:
+def _tree_check(state_dir: Path, workspace: Path) -> tuple[str | None, bool, int]:
     """(why not, the tree is paused, the current iteration). Asks a running supervisor over its socket."""
     pid = running_supervisor_pid(state_dir)
     if pid is None:
@@ -136,7 +136,6 @@ def _tree_check(state_dir: Path) -> tuple[str | None, bool, int]:
     iteration = live.get("iteration", 0) if isinstance(live, dict) else 0
     iteration = iteration if isinstance(iteration, int) and iteration >= 0 else 0
     if isinstance(child, dict) and child.get("running") and not child.get("paused"):
-        workspace = state_dir.parent
         return (f"a supervisor (pid {pid}) runs an unpaused tree in {workspace}: pause it first "
                 f"(`ralph-supervise pause -w {workspace}`), or restore elsewhere with --to DIR"), False, iteration
     return None, isinstance(child, dict) and bool(child.get("paused")), iteration

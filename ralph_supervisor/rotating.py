@@ -4,13 +4,21 @@ Used for everything we append without end: the child's output (`child.log`), the
 (`events.jsonl`) and the breaker history (`history.jsonl`). Appending is the only write, so a
 file is never rewritten whole; the oldest rotated file is deleted once the budget is spent.
 A full or read-only disk costs us the bytes (counted in `dropped_bytes`), never the supervision.
+
+A file deleted or replaced under us (`rm -rf` of the state folder, an editor saving over it) is noticed at
+the next write, at most CHECK_EVERY_S after the last look: the path is opened afresh and what was written
+since that look is copied over from the old file (still open, so still readable), so nothing written after
+the loss is lost. Each loss is queued for the supervisor to report (`take_losses`): a writer cannot log it
+itself, since events.jsonl is one of these files.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +26,21 @@ MAX_ROTATED = 1000
 """Rotated files are NAME.1 (newest) to NAME.N (oldest); readers look this far at most."""
 
 _EVENT_NAME = re.compile(rb'"event": "([a-z_]+)"')
+CHECK_EVERY_S = 0.2
+"""How often (at most) a write looks whether its file is still the one at its path: one stat."""
+COPY_MAX = 64 << 20
+"""At most this much written since the last look is copied to a recreated file."""
+_LOSSES: collections.deque[Path] = collections.deque(maxlen=1000)
+
+
+def take_losses() -> list[Path]:
+    """The files found deleted or replaced (and recreated) since the last call, oldest first."""
+    taken = []
+    while True:
+        try:
+            taken.append(_LOSSES.popleft())
+        except IndexError:
+            return taken
 
 
 class RotatingFile:
@@ -35,8 +58,11 @@ class RotatingFile:
         *,
         whole_lines: bool = False,
         on_error: Callable[[OSError], None] | None = None,
+        mode: int = 0o644,
     ) -> None:
         self.path = path
+        self.mode = mode
+        """Of a file this creates (child.log: 0600, it holds what the agent printed, credentials and all)."""
         self.max_bytes = max(1, max_bytes)
         self.keep = max(0, total_bytes // self.max_bytes - 1)
         self.whole_lines = whole_lines
@@ -45,12 +71,60 @@ class RotatingFile:
         self._failed = False
         self._fd: int | None = None
         self._size = 0
+        self._checked_size = 0
+        """The file's size when it was last found at its path: what came after is copied if it goes."""
+        self._checked_at = 0.0
 
     def _open(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            self._size = os.fstat(self._fd).st_size
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
+            st = os.fstat(self._fd)
+            if st.st_mode & 0o777 & ~self.mode:  # an older, more open file (a child.log of 0644)
+                try:
+                    os.fchmod(self._fd, self.mode)
+                except OSError:
+                    pass
+            self._size = self._checked_size = st.st_size
+            self._checked_at = time.monotonic()
         return self._fd
+
+    def _still_there(self) -> None:
+        """Reopen the path if the open file is no longer the one there (see the module docstring)."""
+        fd = self._fd
+        if fd is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_at < CHECK_EVERY_S:
+            return
+        self._checked_at = now
+        try:
+            mine = os.fstat(fd)
+            there = os.stat(self.path)
+            if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                self._checked_size = mine.st_size
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        try:
+            new = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, self.mode)
+        except OSError:
+            return  # its folder is gone too: go on writing to the old file, copied once the folder is back
+        try:
+            offset, end = self._checked_size, min(mine.st_size, self._checked_size + COPY_MAX)
+            while offset < end:
+                chunk = os.pread(fd, min(1 << 20, end - offset), offset)
+                if not chunk:
+                    break
+                os.write(new, chunk)
+                offset += len(chunk)
+        except OSError:
+            pass
+        os.close(fd)
+        self._fd = new
+        self._size = self._checked_size = os.fstat(new).st_size
+        _LOSSES.append(self.path)
 
     def _rotate(self) -> None:
         if self._fd is not None:
@@ -75,6 +149,7 @@ class RotatingFile:
             return
         start = None
         try:
+            self._still_there()
             fd = self._open()
             start = self._size
             view = memoryview(data)
@@ -105,6 +180,11 @@ class RotatingFile:
             self.close()  # reopened (and re-measured) on the next write
 
     def close(self) -> None:
+        self._checked_at = float("-inf")
+        try:
+            self._still_there()  # the last bytes must not stay in a deleted file
+        except OSError:
+            pass
         if self._fd is not None:
             try:
                 os.close(self._fd)

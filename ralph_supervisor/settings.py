@@ -16,11 +16,18 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ralph_supervisor.breaker import Thresholds
+from ralph_supervisor.state_folder import default_state_dir
 from ralph_supervisor.text import clip
 
 STATE_DIR_NAME = ".ralph-supervise"
+"""The state folder's name in the workspace in earlier versions (now outside it: state_folder.py)."""
 CONFIG_FILE_NAME = ".ralph-supervise.toml"
 RALPH_TAIL_DEFAULT = ".ralph/logs/claude_output_*.log"
+SNAPSHOT_SKIP_DEFAULT = (
+    "node_modules", ".venv", "venv", "__pycache__", "target", "dist", "build", ".cache", ".pytest_cache",
+    ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox", ".next", ".nuxt", ".gradle", ".turbo",
+    ".parcel-cache", ".terraform")
+"""Ignored trees a tool regenerates: listed in snapshots, not stored (`--snapshot-skip`)."""
 AGENT_NAMES = ("claude", "codex", "gemini", "opencode", "cursor-agent", "amp")
 """The agent CLIs a call is recognised by when `--iteration-process` is not given. Cursor's newer command
 name `agent` (its adapter knows it) is left out: too common a name to take every such process for a paid
@@ -162,6 +169,20 @@ def _agent_names(raw: Any) -> tuple[str, ...]:
         reason = bad_agent_name(name)
         if reason is not None:
             raise ValueError(reason)
+    return names
+
+
+def _skip_names(raw: Any) -> tuple[str, ...]:
+    """Folder names for --snapshot-skip: a comma list (or a TOML list) of plain names; `none` stores every tree."""
+    if isinstance(raw, str) and raw.strip().lower() == "none":
+        return ()
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    if not names:
+        raise ValueError("expected folder names (comma list), or none")
+    for name in names:
+        if "/" in name or name in (".", ".."):
+            raise ValueError(f"{name!r} is not a folder name (no paths: a name matches at any depth)")
     return names
 
 
@@ -328,6 +349,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("false_completion", "--false-completion", _choice("on", "off"), "on",
            "open when the agent says the work is done while that iteration's verify fails",
            ("RALPH_SUPERVISE_FALSE_COMPLETION",), metavar="on|off"),
+    Option("snapshot_skip", "--snapshot-skip", _skip_names, SNAPSHOT_SKIP_DEFAULT,
+           "ignored trees of these names (dependencies, virtual environments, build output, caches) are listed "
+           "in a snapshot by their root, not stored (comma list; none = store them too)",
+           ("RALPH_SUPERVISE_SNAPSHOT_SKIP",), metavar="NAMES"),
     Option("agent", "--agent", _agent, "auto",
            "read every call with this agent's adapter instead of the one its process name selects",
            ("RALPH_SUPERVISE_AGENT_FORMAT",), metavar="NAME"),
@@ -388,6 +413,8 @@ class Settings:
 
     workspace: Path
     state_dir: Path
+    workspace_given: str = ""
+    """`-w` as typed (or the shell's $PWD): a symlink in it is named at start, since the state follows the real path."""
     command: tuple[str, ...] = ()
     echo: bool | None = None
     no_progress: int = _default("no_progress")
@@ -417,6 +444,7 @@ class Settings:
     no_verified_progress: int = _default("no_verified_progress")
     tampering: str = _default("tampering")
     false_completion: str = _default("false_completion")
+    snapshot_skip: tuple[str, ...] = _default("snapshot_skip")
     agent: str = _default("agent")
     name: str | None = _default("name")
     notify: tuple[str, ...] = _default("notify")
@@ -553,7 +581,7 @@ def load_settings(
         merged[name] = value
         sources[name] = f"flag {OPTIONS_BY_NAME[name].flag}"
 
-    state = expand_path(state_dir, "--state-dir") if state_dir else root / STATE_DIR_NAME
+    state = expand_path(state_dir, "--state-dir") if state_dir else default_state_dir(root, env)
     if not state.is_absolute():
         state = (root / state).resolve()
     if merged["verify"] is not None and merged["verify"].strip().lower() == "auto":
@@ -572,6 +600,7 @@ def load_settings(
     return Settings(
         workspace=root,
         state_dir=state,
+        workspace_given=env.get("PWD", "") if workspace is None else workspace,
         command=command,
         echo=echo,
         sources=sources,

@@ -70,6 +70,12 @@ MAINTAIN_LOOSE = 2000
 BUDGET_LOW_WATER = 0.9
 """Dropping for the budget goes on until the store is below this share of it (so not every snapshot
 costs a garbage collection)."""
+KEEP_NEWEST = 3
+SKIP_MEASURE_EVERY_S = 600.0
+"""A skipped tree's size is measured at most this often (walking a 2 GB node_modules takes a while)."""
+"""The budget never drops the newest snapshots: the one before a destruction is among them."""
+NEVER_STORED = frozenset({".git", ".ralph-supervise", ".ralph"})
+"""Folder names never stored, ignored or not: git's internals, our old state folder, the loop's bookkeeping."""
 
 ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding -diff -merge\n"
 """`info/attributes` wins over every `.gitattributes`: no conversion, so what is stored is the bytes."""
@@ -142,6 +148,10 @@ class SnapshotInfo:
     """Files that kept changing while the snapshot read them: stored as last read."""
     nested: tuple[str, ...] = ()
     """Folders that are git repositories of their own (not stored: git keeps their contents apart)."""
+    skipped: tuple[str, ...] = ()
+    """Ignored regenerable trees (`--snapshot-skip`), by their root: listed, not stored."""
+    skipped_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Their sizes, as last measured (at most every SKIP_MEASURE_EVERY_S)."""
     modes: Mapping[str, int] = field(default_factory=dict)
     """Permission bits of the files whose mode git would not restore (not 0644 or 0755)."""
     before_trip: str | None = None
@@ -155,7 +165,8 @@ class SnapshotInfo:
             "added": self.added, "modified": self.modified, "deleted": self.deleted,
             "before_trip": self.before_trip,
             "not_stored": list(self.not_stored), "not_stored_count": self.not_stored_count,
-            "moved": list(self.moved), "nested": list(self.nested), "commit": self.commit,
+            "moved": list(self.moved), "nested": list(self.nested), "skipped": list(self.skipped),
+            "skipped_bytes": dict(self.skipped_bytes), "commit": self.commit,
         }
 
     def message(self) -> str:
@@ -176,7 +187,8 @@ class SnapshotInfo:
             at=str(data.get("at", "")), files=_int(data, "files"), bytes=_int(data, "bytes"),
             added=_int(data, "added"), modified=_int(data, "modified"), deleted=_int(data, "deleted"),
             commit=commit, not_stored=_strings(data, "not_stored"), not_stored_count=_int(data, "not_stored_count"),
-            moved=_strings(data, "moved"), nested=_strings(data, "nested"),
+            moved=_strings(data, "moved"), nested=_strings(data, "nested"), skipped=_strings(data, "skipped"),
+            skipped_bytes=_sizes(data, "skipped_bytes"),
             modes={str(p): int(str(m), 8) for p, m in modes_raw.items()} if isinstance(modes_raw, dict) else {},
         )
 
@@ -186,6 +198,13 @@ def _int(data: Mapping[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"snapshot field {key!r} must be a non-negative integer")
     return value
+
+
+def _sizes(data: Mapping[str, Any], key: str) -> dict[str, int]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ValueError(f"snapshot field {key!r} must be an object")
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
 
 
 def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -332,6 +351,8 @@ class _Pass:
     """Paths that exist but are not stored (too large, not a file, a nested repository)."""
     big: set[str] = field(default_factory=set)
     nested: set[str] = field(default_factory=set)
+    skipped: set[str] | None = None
+    """Roots of the ignored trees left out (None: not looked at in this pass, the parent's stand)."""
     modes: dict[str, int | None] = field(default_factory=dict)
     """New permission bits of files git would restore wrongly (None: back to git's own)."""
 
@@ -354,12 +375,19 @@ def _under(path: str, prefixes: Collection[str]) -> bool:
 class SnapshotStore:
     """The private git repository in `STATE_DIR/snapshots/` (created on first use)."""
 
-    def __init__(self, workspace: Path, state_dir: Path, *, max_file: int = 0, git: str | None = None) -> None:
+    def __init__(self, workspace: Path, state_dir: Path, *, max_file: int = 0, git: str | None = None,
+                 skip: Collection[str] | None = None) -> None:
         self.workspace = Path(workspace).resolve()
         self.state_dir = Path(os.path.abspath(state_dir))
         self.path = self.state_dir / STORE_DIR
         self.max_file = max_file
         """Files larger than this are listed, not stored (0: no limit)."""
+        self.skip = None if skip is None else frozenset(skip)
+        """Store the files git ignores too, but for trees of these names (None: ignored files are not stored)."""
+        self._skip_sizes: dict[str, tuple[float, int]] = {}
+        """Each skipped root's size and when it was measured."""
+        inside = os.path.relpath(self.state_dir, self.workspace)
+        self._state_prefix = None if inside == ".." or inside.startswith("../") else inside
         found = git or find_git()
         if found is None:
             raise SnapshotError("no-git", "git is not installed (snapshots need it)")
@@ -588,7 +616,57 @@ class SnapshotStore:
                 continue
             self._classify(path, work)
         work.nested = nested
+        if self.skip is not None:
+            self._ignored_pass(work, venvs)
         return work
+
+    def _never(self, path: str) -> bool:
+        """Our state folder (when it is inside the workspace) and NEVER_STORED are never stored."""
+        if self._state_prefix is not None and _under(path, [self._state_prefix]):
+            return True
+        return any(part in NEVER_STORED for part in path.split("/"))
+
+    def _ignored_pass(self, work: _Pass, venvs: set[str]) -> None:
+        """The files git ignores (`.env`, local config, data), which `git clean -x` deletes and no `.git` can
+        bring back: stored too, but for regenerable trees, whose roots are listed. `--directory` names an
+        ignored folder once instead of every file in it; its files are walked here, skip names pruned."""
+        out = self._git.run("ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+        skip = self.skip or frozenset()
+        work.skipped = set()
+        for entry in sorted({p for p in out.decode("utf-8", "surrogateescape").split("\0") if p}):
+            path = entry.rstrip("/")
+            if not path or self._never(path) or _under(path, venvs) or _under(path, work.nested):
+                continue
+            parts = path.split("/")
+            hit = next((i for i, part in enumerate(parts) if part in skip), None)
+            if hit is not None:
+                work.skipped.add("/".join(parts[: hit + 1]))
+                continue
+            if not entry.endswith("/"):
+                self._classify(path, work)
+                continue
+            if os.path.exists(os.path.join(self.workspace, path, "pyvenv.cfg")):
+                work.skipped.add(path)  # a virtual environment, whatever its name
+                continue
+            for dirpath, dirs, names in os.walk(os.path.join(self.workspace, path)):
+                rel = os.path.relpath(dirpath, self.workspace)
+                kept = []
+                for name in sorted(dirs):
+                    sub = f"{rel}/{name}"
+                    full = os.path.join(dirpath, name)
+                    if self._never(sub) or os.path.islink(full):
+                        if os.path.islink(full):
+                            self._classify(sub, work)  # a link is stored as a link, never followed
+                        continue
+                    if name in skip or os.path.exists(os.path.join(full, "pyvenv.cfg")):
+                        work.skipped.add(sub)
+                    elif os.path.exists(os.path.join(full, ".git")):
+                        work.nested.add(sub)
+                    else:
+                        kept.append(name)
+                dirs[:] = kept
+                for name in names:
+                    self._classify(f"{rel}/{name}", work)
 
     def _changed_pass(self, changed: Collection[str], nested: set[str]) -> _Pass:
         work = _Pass(nested=nested)
@@ -729,7 +807,10 @@ class SnapshotStore:
             added=added, modified=modified, deleted=deleted,
             not_stored=tuple(sorted(big))[:LIST_MAX], not_stored_count=len(big), moved=moved,
             nested=tuple(sorted(work.nested))[:LIST_MAX], modes=modes,
+            skipped=(tuple(sorted(work.skipped))[:LIST_MAX] if work.skipped is not None
+                     else parent.skipped if parent is not None else ()),
         )
+        info = replace(info, skipped_bytes=self._measure_skipped(info.skipped, now))
         # No parent link: each snapshot stands alone, so dropping the oldest refs frees what only they held.
         commit = self._git.run("commit-tree", tree, input=info.message().encode("utf-8"), now=now).decode().strip()
         self._write_ref(info.id, commit)
@@ -738,6 +819,23 @@ class SnapshotStore:
         self._stored_since += sum(sig[0] for sig in work.add.values()) + 1024
         self._takes_since += 1
         return info
+
+    def _measure_skipped(self, roots: Sequence[str], now: float) -> dict[str, int]:
+        """The skipped trees' sizes, each walked again only when its last measure is SKIP_MEASURE_EVERY_S old."""
+        sizes = {}
+        for root in roots:
+            measured = self._skip_sizes.get(root)
+            if measured is None or now - measured[0] >= SKIP_MEASURE_EVERY_S:
+                total = 0
+                for dirpath, _dirs, names in os.walk(os.path.join(self.workspace, root)):
+                    for name in names:
+                        with contextlib.suppress(OSError):
+                            total += os.lstat(os.path.join(dirpath, name)).st_size
+                measured = self._skip_sizes[root] = (now, total)
+            sizes[root] = measured[1]
+        for gone in set(self._skip_sizes) - set(roots):
+            del self._skip_sizes[gone]
+        return sizes
 
     def _write_ref(self, snapshot_id: int, commit: str) -> None:
         """A loose ref is a file holding the commit (git's own format); written whole or not at all."""
@@ -762,7 +860,7 @@ class SnapshotStore:
     # -- the budget and the marks ---------------------------------------------------------------
 
     def keep_within(self, budget: int) -> tuple[int, int]:
-        """Drop the oldest snapshots until the store fits `budget` bytes (the newest always stays);
+        """Drop the oldest snapshots until the store fits `budget` bytes (the newest KEEP_NEWEST always stay);
         pack loose objects now and then. Returns (snapshots dropped, bytes on disk after)."""
         estimate = None if self._size is None else self._size + self._stored_since
         if (estimate is not None and self._takes_since < RECOUNT_EVERY
@@ -780,9 +878,9 @@ class SnapshotStore:
             if budget > 0 and size > budget:
                 while size > goal:
                     refs = self._git.run("for-each-ref", "--sort=refname", "--format=%(refname)", REF_PREFIX).split()
-                    if len(refs) <= 1:
-                        break  # the newest snapshot alone is over the budget: it stays
-                    batch = refs[: max(1, min(len(refs) - 1, len(refs) // 10))]
+                    if len(refs) <= KEEP_NEWEST:
+                        break  # the newest ones alone are over the budget: they stay
+                    batch = refs[: max(1, min(len(refs) - KEEP_NEWEST, len(refs) // 10))]
                     self._git.run("update-ref", "--stdin", input=b"".join(b"delete " + r + b"\n" for r in batch))
                     self._git.run("gc", "--prune=now", "-q")
                     dropped += len(batch)

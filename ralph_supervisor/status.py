@@ -37,13 +37,14 @@ def collect(state_dir: Path) -> dict[str, Any]:
         try:
             live = request(state_dir, "status", timeout=5.0)
             if isinstance(live, dict) and "state" in live:
-                return live
+                return {**live, "state_dir": str(state_dir)}
         except (NoSupervisor, ControlError):
             pass
     data, warning = _from_state_file(state_dir)
     data["limit_until"] = None  # a wait lasts only while a supervisor freezes the tree
     data["supervisor"] = {"pid": pid, "running": pid is not None}
     data["child"] = None
+    data["state_dir"] = str(state_dir)  # outside the workspace: say where
     from ralph_supervisor.snapshots import read_summary
 
     data["snapshots"] = read_summary(state_dir)
@@ -107,6 +108,8 @@ def human(status: dict[str, Any]) -> str:
         lines.append(f"Snapshots:      {text}")
     if isinstance(status.get("verify"), dict):
         lines.append(f"Last verify:    {verify_jsonl.human(status['verify'])}")
+    if status.get("state_dir"):
+        lines.append(f"State folder:   {status['state_dir']}")
     if status.get("warning"):
         lines.append(f"Warning:        {status['warning']}")
     return "\n".join(lines)

@@ -66,9 +66,13 @@ from ralph_supervisor.evidence.silence import SilenceMeter
 from ralph_supervisor.evidence.tail import Tailer
 from ralph_supervisor.evidence.tap import Chunk, OutputTap
 from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
-from ralph_supervisor.files import child_log, events_jsonl, ledger_json, state_json
+from ralph_supervisor.files import child_log, escalation_md, events_jsonl, ledger_json, state_json
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
+from ralph_supervisor import masking, state_folder
+from ralph_supervisor.run_folder import RunFolder, RunFolderError
+from ralph_supervisor.state_guard import StateGuard
+from ralph_supervisor.store import atomic_write_text
 from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
@@ -149,8 +153,10 @@ class ChildInfo:
 class Supervisor:
     """Builds the parts, routes their events, applies decisions, shuts down. Lives on one event loop."""
 
-    def __init__(self, settings: Settings, terminal: Terminal | None = None) -> None:
+    def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None) -> None:
         self.settings = settings
+        self.guard: StateGuard | None = None
+        self._escalation_text: str | None = None
         self.terminal = terminal or Terminal(None, None)
         """The loop's echo and our lines on the terminal, never blocking (terminal.py); none by default."""
         self.state_dir = settings.state_dir
@@ -233,7 +239,9 @@ class Supervisor:
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
-        self._child_env = self.calls.prepare(self.state_dir, self._child_environment())
+        # the shims go in this run's private folder, neither in the workspace nor in the state folder
+        self._child_env = (self.calls.prepare(run_dir, self._child_environment()) if run_dir is not None
+                           else self._child_environment())
 
     # ------------------------------------------------------------------ set-up and tear-down
 
@@ -268,6 +276,7 @@ class Supervisor:
         elif not (self._signals or self._exiting()):  # a signal during start-up: never start the command
             self._spawn()
         self._save()
+        self.guard = StateGuard(self.state_dir, self._write_again)  # a file of ours deleted comes back
         self.sd.ready(self._sd_status())
 
         ticker = asyncio.create_task(self._tick_loop())
@@ -339,6 +348,8 @@ class Supervisor:
         self.sd.stopping()
         self.child_log.close()
         self.records.close()
+        if self.guard is not None:
+            self.guard.close()
         try:
             self.member_record.clear()
         except OSError as exc:
@@ -536,6 +547,7 @@ class Supervisor:
             self.warnings.once("escalation_unwritable", error=str(exc))
             return
         self.records.escalation(text)
+        self._escalation_text = text
 
     async def _observe(self, report: IterationReport, now: float) -> None:
         """A finished iteration: log it, keep it, judge it."""
@@ -767,6 +779,10 @@ class Supervisor:
     async def _tick(self) -> None:
         now = time.time()
         self._on_sigchld()
+        await self._keep_state_whole()
+        gone = self.keeper.repository_gone()  # the user's .git deleted: its commits are in the store
+        if gone is not None:
+            self._destroying(gone)
         self.tailer.poll()
         stopping = self.actions.stopping
         stats = self.tree.sample() if not stopping else []
@@ -863,6 +879,34 @@ class Supervisor:
         snapshot = self.breaker.snapshot()
         return {"state": snapshot.state.value, "final": snapshot.final, "iteration": snapshot.iteration}
 
+    async def _keep_state_whole(self) -> None:
+        """A deleted or replaced file of ours is noticed within a tick, recreated and reported once."""
+        if self.guard is None:
+            return
+        for name in self.guard.check():
+            log.warning("state_file_lost", file=name, hint="recreated; what is written from now on is kept")
+        if self.control is not None and self.control.lost():
+            log.warning("state_file_lost", file="control.sock", hint="listening on a new socket")
+            try:
+                await self.control.rebind()
+            except (OSError, ControlError) as exc:
+                log.warning("control_socket_unavailable", error=str(exc))
+
+    def _write_again(self, name: str) -> None:
+        """Write a lost file again from what the supervisor holds."""
+        if name == state_json.NAME:
+            self._save()
+        elif name == ledger_json.NAME:
+            ledger = self.records.ledger
+            try:
+                atomic_write_text(ledger_json.path(self.state_dir), ledger_json.dump_ledger(ledger.goal, ledger.attempts))
+            except OSError as exc:
+                self.warnings.once("ledger_unwritable", error=str(exc))
+        elif name == escalation_md.NAME and self._escalation_text is not None:
+            self.records.escalation(self._escalation_text)
+        elif name == state_folder.ORIGIN_FILE:
+            state_folder.write_origin(self.settings.workspace, self.state_dir)
+
     def _save(self) -> None:
         self.records.save(self.breaker.snapshot(), limit_until=self.limit_until)
 
@@ -900,8 +944,17 @@ def write_report_at_exit(state_dir: Path) -> None:
 
 async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:
     """Supervise; the exit code, and whether a second signal asked to leave at once."""
-    supervisor = Supervisor(settings, terminal)
-    code = await supervisor.run()
+    try:
+        run_dir: RunFolder | None = RunFolder.create()
+    except RunFolderError as exc:
+        log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
+        run_dir = None
+    try:
+        supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None)
+        code = await supervisor.run()
+    finally:
+        if run_dir is not None:
+            run_dir.remove()
     return code, supervisor.hurry
 
 
@@ -922,8 +975,13 @@ def run_supervisor(settings: Settings) -> int:
     if problem:
         print(f"ralph-supervise: {problem}", file=sys.stderr)
         return 1
+    masking.configure(settings.workspace)  # the .env's values are masked in all we show or send
     try:
+        where = state_folder.set_up(settings)  # outside the workspace; an old in-workspace folder moved out
         files.prepare(settings.state_dir)
+    except state_folder.StateFolderError as exc:
+        print(f"ralph-supervise: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"ralph-supervise: --state-dir: cannot create {settings.state_dir}: {exc.strerror or exc}",
               file=sys.stderr)
@@ -931,8 +989,8 @@ def run_supervisor(settings: Settings) -> int:
     lock = InstanceLock(lock_file.path(settings.state_dir))
     try:
         lock.acquire()
-    except AlreadyRunning as exc:
-        print(f"ralph-supervise: {exc}", file=sys.stderr)
+    except AlreadyRunning as exc:  # the folder is outside the workspace: name the workspace too
+        print(f"ralph-supervise: {exc}, the state folder of {settings.workspace}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"ralph-supervise: cannot lock {lock.path}: {exc.strerror or exc}", file=sys.stderr)
@@ -945,6 +1003,8 @@ def run_supervisor(settings: Settings) -> int:
     events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr,
                                detail=settings.log_detail)
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
+    for line in where:  # on stderr as every event is, and in events.jsonl
+        log.info("state_folder", state_dir=str(settings.state_dir), note=line)
     code, hurried = 1, False
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _benchkit as kit  # noqa: E402
 
 from ralph_supervisor.evidence.shims import install_shims  # noqa: E402
+from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 from tests.helpers.supervise import events as supervise_events  # noqa: E402
 
 AGENT = r"""#!/bin/sh
@@ -68,7 +69,7 @@ def supervise(ws: Path, bin_dir: Path, child: list[str], timeout: float, **env: 
 
 
 def events(ws: Path, name: str) -> list[dict]:
-    return supervise_events(ws / ".ralph-supervise", name)
+    return supervise_events(default_state_dir(ws), name)
 
 
 def ts(event: dict) -> float:

@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
 from bench_tap import child_argv, read_stamp  # noqa: E402 - the same writer child
+from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
 RATIO_TARGET = 1.1
 READ_RATE = 100_000
@@ -115,7 +116,7 @@ def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str) -> 
     proc = kit.start(argv, stdout=terminal.slave, stderr=terminal.slave)
     stop = threading.Event()
     answers: list[float] = []
-    asker = threading.Thread(target=status_times, args=(workspace / ".ralph-supervise", stop, answers), daemon=True)
+    asker = threading.Thread(target=status_times, args=(default_state_dir(workspace), stop, answers), daemon=True)
     asker.start()
     try:
         code, usage = kit.wait_rusage(proc, timeout=120 + size / 20e6)
@@ -124,7 +125,7 @@ def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str) -> 
         asker.join(35)
     whole = time.monotonic() - started
     received = terminal.finish()
-    state = workspace / ".ralph-supervise"
+    state = default_state_dir(workspace)
     dropped = said = shown = 0
     for line in (state / "events.jsonl").read_text(errors="replace").splitlines():
         try:

@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
 import soak  # noqa: E402
+from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
 IDLE_TARGET = 0.5
 RATE_TARGET = 15.0
@@ -87,7 +88,7 @@ def agent_loop_env(bin_dir: Path) -> dict[str, str]:
 def wait_for_iteration(workspace: Path, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = soak.read_state(workspace / ".ralph-supervise" / "state.json")
+        state = soak.read_state(default_state_dir(workspace) / "state.json")
         if int(state.get("iteration", 0) or 0) >= 1:
             return True
         time.sleep(0.1)
@@ -172,7 +173,7 @@ def bench_rate(seconds: float, rate: float = 10e6) -> tuple[list[kit.Row], dict[
             raise SystemExit("bench_supervisor: the writing agent call was never counted as an iteration")
         time.sleep(2)
         start = {p.pid: (kit.cpu_seconds(p.pid), time.monotonic()) for p in (sup, cat)}
-        log0 = kit.dir_bytes(workspace / ".ralph-supervise", "child.log*")
+        log0 = kit.dir_bytes(default_state_dir(workspace), "child.log*")
         time.sleep(seconds)
         results = {}
         for name, proc in (("ours", sup), ("cat", cat)):
@@ -181,7 +182,7 @@ def bench_rate(seconds: float, rate: float = 10e6) -> tuple[list[kit.Row], dict[
             if cpu0 is None or cpu1 is None:
                 raise SystemExit(f"bench_supervisor: {name} ended during the 10 MB/s measurement")
             results[name] = (cpu1 - cpu0) / (time.monotonic() - t0) * 100
-        results["logged_rate"] = (kit.dir_bytes(workspace / ".ralph-supervise", "child.log*") - log0) / seconds / 1e6
+        results["logged_rate"] = (kit.dir_bytes(default_state_dir(workspace), "child.log*") - log0) / seconds / 1e6
         mem = kit.memory_kib(sup.pid)
         results["rss"] = mem[0] / 1024 if mem else float("nan")
     finally:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
+from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
 from ralph_supervisor.evidence.tap import F_SETPIPE_SZ, PIPE_SIZE  # noqa: E402 - the baseline's pipe: the same size
 
@@ -108,7 +109,7 @@ def run_supervised(tmp: Path, size: int, round_no: int) -> dict[str, float]:
             code, usage = kit.wait_rusage(proc, timeout=10)
     whole = time.monotonic() - started
     sampler.stop()
-    state = workspace / ".ralph-supervise"
+    state = default_state_dir(workspace)
     logged = kit.dir_bytes(state, "child.log*")
     analysed = filter_counts(state)
     result = {

@@ -49,8 +49,10 @@ ralph-supervise status -w "$work" || true
 echo
 echo "== tmux line: $(ralph-supervise status --tmux -w "$work")"
 echo
-echo "== .ralph-supervise/escalation.md:"
-cat "$work/.ralph-supervise/escalation.md" 2>/dev/null || echo "(none yet)"
+# The state folder is outside the workspace (~/.local/state/ralph-supervise/workspaces/...): status names it.
+state=$(ralph-supervise status --json -w "$work" | python3 -c 'import json, sys; print(json.load(sys.stdin)["state_dir"])')
+echo "== $state/escalation.md:"
+cat "$state/escalation.md" 2>/dev/null || echo "(none yet)"
 echo
 echo "== waiting for the cooldown (6 s) and the trial iteration..."
 set +e
@@ -60,6 +62,6 @@ set -e
 echo
 echo "== supervisor exited with $code (2 = the breaker opened for good and the tree was stopped)"
 echo "== history:"
-cat "$work/.ralph-supervise/history.jsonl"
+cat "$state/history.jsonl"
 echo "== processes left behind: $(pgrep -f "$work" | wc -l)"
 [ "$code" -eq 2 ]

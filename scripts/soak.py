@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
+from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
 MARKER = r"^\[fast-loop\] iteration "
 RSS_LIMIT_MIB = 80.0
@@ -188,7 +189,7 @@ def run_soak(iterations: int, *, pause: float = 0.02, mode: str = "marker", inte
     """Run the fast loop under the supervisor and sample it; every process is stopped before returning."""
     kit.become_subreaper()
     workspace = kit.temp_dir("soak")
-    state_dir = workspace / ".ralph-supervise"
+    state_dir = default_state_dir(workspace)
     # The soak measures resources, not judgement: with 20 ms iterations a file event can land in the
     # neighbouring iteration (seen under load), so no-progress is off; any other open stops the run at once
     # (instead of pausing it for the 30 min cooldown) and fails the "stayed CLOSED" check.

@@ -133,6 +133,15 @@ def private_registry(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
     return folder
 
 
+@pytest.fixture(autouse=True)
+def private_state_home(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """State folders of the supervisors a test starts (and of every command it runs) go under a folder of the
+    test's own, never into the user's ~/.local/state; processes inherit it through the environment."""
+    folder = tmp_path_factory.getbasetemp() / f"state-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("XDG_STATE_HOME", str(folder))
+    return folder
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable

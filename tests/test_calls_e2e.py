@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.supervise import events, history, run, start, supervise_argv, wait_for
+from tests.helpers import state_dir_of
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
-STATE = ".ralph-supervise"
 
 # A call of a few milliseconds: one new file at its very start, a JSON result, exit 3 on every 25th call.
 QUICK_AGENT = r"""#!/bin/sh
@@ -58,7 +58,7 @@ def path_env(folder: Path, **extra: str) -> dict[str, str]:
 
 
 def finished(ws: Path) -> list[dict]:
-    return events(ws / STATE, "iteration_finished")
+    return events(state_dir_of(ws), "iteration_finished")
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_a_hundred_calls_of_milliseconds_are_a_hundred_iterations_each_with_its_
     # a call of a millisecond can be over and reaped before its notice is read: then it is unknown, None).
     assert all(e["exit_status"] in ((3, None) if e["iteration"] % 25 == 0 else (0, None)) for e in done)
     assert sum(e["exit_status"] is not None for e in done) >= 50
-    between = events(ws / STATE, "changed_between_calls")
+    between = events(state_dir_of(ws), "changed_between_calls")
     assert sum(e["files_changed"] for e in between) == 5 and sum(e["commits"] for e in between) == 5
     assert sum(e["tokens"] for e in done) > 0
 
@@ -96,13 +96,13 @@ def test_a_crash_loop_trips_at_the_threshold_and_no_call_starts_after_the_stop(t
     result = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", "bash", "-c", script,
                  env=path_env(bin_dir), timeout=60)
     assert result.returncode == 2
-    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"]
     assert opened[0]["trigger"] in ("same-error", "consecutive-failures")
     assert " in 5 iterations in a row" in opened[0]["reason"] or "5 failed agent calls in a row" in opened[0]["reason"]
     done = finished(ws)
     assert all(e["failed"] and e["exit_status"] in (1, None) for e in done if not e["cut_short"])
-    stopped = events(ws / STATE, "tree_stopped")[-1]
-    started = events(ws / STATE, "iteration_started")
+    stopped = events(state_dir_of(ws), "tree_stopped")[-1]
+    started = events(state_dir_of(ws), "iteration_started")
     assert max(e["iteration"] for e in started) <= 7, "no new call once the stop was decided"
     assert stopped["refused"] >= 1, "the loop ignored TERM and kept trying: its calls were refused"
 
@@ -113,10 +113,10 @@ def test_a_missing_agent_is_blocked_at_the_first_attempt(tmp_path: Path) -> None
     script = "while :; do claude -p go; echo \"loop: claude exited with $?\"; sleep 0.2; done"
     result = run(ws, *FAST, "--", "bash", "-c", script, env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert result.returncode == 2
-    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"]
     assert opened[0]["trigger"] == "blocked" and opened[0]["iteration"] == 1
     assert "claude is not installed" in opened[0]["reason"] and "/usr/bin:/bin" in opened[0]["reason"]
-    child_log = (ws / STATE / "child.log").read_bytes()
+    child_log = (state_dir_of(ws) / "child.log").read_bytes()
     assert b"claude: command not found" in child_log and b"loop: claude exited with 127" in child_log
 
 
@@ -126,7 +126,7 @@ def test_a_loop_that_never_reaches_its_agent_stalls_with_its_last_errors(tmp_pat
     script = "while :; do echo 'Error: sandbox not reachable at 10.0.0.7' >&2; sleep 0.3; done"
     result = run(ws, *FAST, "--stall", "2", "--on-open", "stop", "--", "bash", "-c", script, timeout=60)
     assert result.returncode == 2
-    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"][0]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"][0]
     assert opened["trigger"] == "stall" and "no agent call started" in opened["reason"]
     assert "sandbox not reachable" in opened["reason"]
     assert finished(ws) == []
@@ -142,7 +142,7 @@ def test_a_wait_the_loop_announces_is_no_stall_but_the_silence_after_it_is(tmp_p
     began = time.monotonic()
     result = run(ws, *FAST, "--stall", "1.5", "--on-open", "stop", "--", "bash", "-c", script, timeout=60)
     assert result.returncode == 2
-    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"][0]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"][0]
     assert opened["trigger"] == "stall" and "no agent call started" in opened["reason"]
     assert time.monotonic() - began >= 3 + 1.5  # not before the announced wait was over, plus --stall
 
@@ -158,7 +158,7 @@ def test_a_stop_terms_the_loop_first_and_refuses_new_calls(tmp_path: Path) -> No
               "while :; do timeout 60 claude -p go & wait $!; echo \"failed $?\" >> status; sleep 0.05; done")
     proc = start(ws, *FAST, "--grace", "3", "--", "bash", "-c", script, env=path_env(bin_dir, LOG=str(log_file)))
     try:
-        wait_for(lambda: events(ws / STATE, "iteration_started"), timeout=30, what="the first call")
+        wait_for(lambda: events(state_dir_of(ws), "iteration_started"), timeout=30, what="the first call")
         wait_for(lambda: log_file.exists() and "agent start" in log_file.read_text(), timeout=30)
         assert run(ws, "stop", "-w", str(ws)).returncode == 0
         assert proc.wait(timeout=30) == 0
@@ -172,9 +172,9 @@ def test_a_stop_terms_the_loop_first_and_refuses_new_calls(tmp_path: Path) -> No
     times = {line.split()[0]: float(line.split()[2]) for line in lines if "TERM" in line}
     assert times["agent"] - times["loop"] >= 1.0, "the agent call got TERM only at half the grace"
     assert (ws / "status").read_text().startswith("interrupted")
-    stopped = events(ws / STATE, "tree_stopped")[-1]
+    stopped = events(state_dir_of(ws), "tree_stopped")[-1]
     assert stopped["refused"] >= 1 and stopped["survivors"] == 0
-    assert [e["iteration"] for e in events(ws / STATE, "iteration_started")] == [1]
+    assert [e["iteration"] for e in events(state_dir_of(ws), "iteration_started")] == [1]
     assert finished(ws)[0]["cut_short"]
 
 
@@ -188,7 +188,7 @@ def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> Non
     try:
         wait_for(lambda: len(finished(ws)) >= 2, timeout=30, what="two calls")
         assert run(ws, "pause", "-w", str(ws)).returncode == 0
-        paused_at = len(events(ws / STATE, "iteration_started"))
+        paused_at = len(events(state_dir_of(ws), "iteration_started"))
         state = json.loads(subprocess.run(supervise_argv("status", "--json", "-w", str(ws)), capture_output=True,
                                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}).stdout)
         child = state["child"]["pid"]
@@ -198,10 +198,10 @@ def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> Non
                 os.kill(member["pid"], signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        wait_for(lambda: events(ws / STATE, "agent_call_refused"), timeout=30, what="a refused call")
-        assert len(events(ws / STATE, "iteration_started")) == paused_at
+        wait_for(lambda: events(state_dir_of(ws), "agent_call_refused"), timeout=30, what="a refused call")
+        assert len(events(state_dir_of(ws), "iteration_started")) == paused_at
         assert run(ws, "resume", "-w", str(ws)).returncode == 0
-        wait_for(lambda: len(events(ws / STATE, "iteration_started")) > paused_at, timeout=30,
+        wait_for(lambda: len(events(state_dir_of(ws), "iteration_started")) > paused_at, timeout=30,
                  what="calls again after resume")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -211,15 +211,17 @@ def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_without_a_shim_folder_and_with_a_replaced_path_the_sampler_counts_the_calls(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
-    (ws / STATE).mkdir()
-    (ws / STATE / "shims").write_text("not a folder")  # the shim folder cannot be made
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    (tmp / f"ralph-supervise-{os.getuid()}").write_text("not a folder")  # the run's folder cannot be made
     # Sampled calls are seen late (the tree is sampled every 0.1-0.5 s): this agent works after a pause.
     bin_dir = agent(tmp_path, "#!/bin/sh\nsleep 0.8\n" + QUICK_AGENT.split("\n", 1)[1])
     script = "for i in 1 2; do claude -p go --output-format json; sleep 0.2; done"
-    result = run(ws, *FAST, "--", "bash", "-c", script, env=path_env(bin_dir))
+    result = run(ws, *FAST, "--", "bash", "-c", script,
+                 env=path_env(bin_dir, XDG_RUNTIME_DIR="", TMPDIR=str(tmp)))
     assert result.returncode == 0
     assert [e["files_changed"] for e in finished(ws)] == [1, 1]
-    assert len(events(ws / STATE, "shims_unavailable")) == 1
+    assert len(events(state_dir_of(ws), "shims_unavailable")) == 1
     # A loop that replaces PATH entirely skips the shims: the sampler still sees its calls.
     ws2 = workspace(tmp_path / "second")
     script = f"export PATH={bin_dir}:/usr/bin:/bin; for i in 1 2; do claude -p go --output-format json; sleep 0.2; done"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.supervise import LOOP, events, history, start
+from tests.helpers import state_dir_of
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2", "--on-open", "stop")
 CASES = {  # case: (scenario, supervisor flags)
@@ -44,7 +45,7 @@ def test_stuck_same_error_blocked_and_budget_loops_open_the_breaker_for_each_age
     results = {}
     for case, (workspace, proc) in runs.items():
         _, err = proc.communicate(timeout=120)
-        state_dir = workspace / ".ralph-supervise"
+        state_dir = state_dir_of(workspace)
         results[case] = (proc.returncode, history(state_dir), events(state_dir, "iteration_finished"), state_dir,
                          err.decode(errors="replace")[-2000:])
 

@@ -11,6 +11,7 @@ import psutil
 
 from tests.helpers.fault_procs import cli, loop_tree, states
 from tests.helpers.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
+from tests.helpers import state_dir_of
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
 
@@ -47,7 +48,7 @@ def stop_supervisor(proc: subprocess.Popen[bytes]) -> None:
 
 def test_a_stuck_loop_opens_at_iteration_3_and_the_tree_is_frozen(tmp_path: Path) -> None:
     proc = start(tmp_path, *FAST, "--cooldown", "10", "--", str(LOOP), env=loop_env("stuck"))
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     try:
         wait_for(lambda: state_of(state_dir).get("state") == "OPEN", what="the breaker to open")
         wait_for(lambda: events(state_dir, "tree_paused"), what="tree_paused")
@@ -76,7 +77,7 @@ def test_resume_starts_a_trial_that_progress_closes(tmp_path: Path) -> None:
     scenario.write_text("stuck")
     env = loop_env("stuck", FAKE_CLAUDE_SCENARIO_FILE=str(scenario))
     proc = start(tmp_path, *FAST, "--cooldown", "10", "--", str(LOOP), env=env)
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     try:
         wait_for(lambda: events(state_dir, "tree_paused"), what="tree_paused")
         scenario.write_text("progress")
@@ -96,12 +97,12 @@ def test_the_same_compile_error_five_times_opens_same_error(tmp_path: Path) -> N
                  "--", str(LOOP), env=loop_env("same-error"))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err.decode()[-2000:]
-    opened = history(tmp_path / ".ralph-supervise")[-1]
+    opened = history(state_dir_of(tmp_path))[-1]
     assert opened["trigger"] == "same-error" and opened["iteration"] == 5
-    ledger = json.loads((tmp_path / ".ralph-supervise" / "ledger.json").read_text())
+    ledger = json.loads((state_dir_of(tmp_path) / "ledger.json").read_text())
     outcomes = [a["outcome"] for a in ledger["attempts"]]
     # No call starts before the one before it is judged (the shim waits for the verdict): none after call 5.
-    started = [e["iteration"] for e in events(tmp_path / ".ralph-supervise", "iteration_started")]
+    started = [e["iteration"] for e in events(state_dir_of(tmp_path), "iteration_started")]
     assert outcomes == ["failure"] * 5, outcomes
     assert started == [1, 2, 3, 4, 5], started
     assert "Failed to compile" in ledger["attempts"][0]["error"]
@@ -112,7 +113,7 @@ def test_three_paraphrased_blocker_replies_open_paraphrase(tmp_path: Path) -> No
                  env=loop_env("paraphrase"))
     proc.communicate(timeout=60)
     assert proc.returncode == 2
-    opened = history(tmp_path / ".ralph-supervise")[-1]
+    opened = history(state_dir_of(tmp_path))[-1]
     assert opened["trigger"] == "paraphrase" and opened["iteration"] == 3
 
 
@@ -120,9 +121,9 @@ def test_an_invalid_api_key_stops_with_exit_2_at_once(tmp_path: Path) -> None:
     proc = start(tmp_path, *FAST, "--on-open", "pause", "--", str(LOOP), env=loop_env("auth"))
     proc.communicate(timeout=60)
     assert proc.returncode == 2
-    opened = history(tmp_path / ".ralph-supervise")[-1]
+    opened = history(state_dir_of(tmp_path))[-1]
     assert opened["trigger"] == "blocked" and opened["iteration"] <= 2
-    assert "blocked" in (tmp_path / ".ralph-supervise" / "escalation.md").read_text().lower()
+    assert "blocked" in (state_dir_of(tmp_path) / "escalation.md").read_text().lower()
     assert not tree_of(proc.pid)
 
 
@@ -132,7 +133,7 @@ def test_usage_limit_replies_do_not_count(tmp_path: Path) -> None:
     result = run(tmp_path, *FAST, "--no-progress", "2", "--max-failures", "2", "--limit-wait-margin", "0",
                  "--", str(LOOP), env=env)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     assert history(state_dir) == []
     finished = events(state_dir, "iteration_finished")
     # A call that starts while the tree is being frozen for the limit is refused (exit 143), not run.
@@ -149,7 +150,7 @@ def test_kill_mode_stops_the_tree_and_restarts_the_command_for_the_trial(tmp_pat
                  env=loop_env("stuck"))
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 2, err.decode()[-2000:]
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     assert len(events(state_dir, "child_started")) == 2
     moves = [(h["from"], h["to"]) for h in history(state_dir)]
     assert moves == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "OPEN")]
@@ -159,7 +160,7 @@ def test_kill_mode_stops_the_tree_and_restarts_the_command_for_the_trial(tmp_pat
 def test_a_supervisor_restarted_while_open_stays_open(tmp_path: Path) -> None:
     args = (*FAST, "--cooldown", "5", "--", str(LOOP))
     proc = start(tmp_path, *args, env=loop_env("stuck"))
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     wait_for(lambda: events(state_dir, "tree_paused"), what="tree_paused")
     stop_supervisor(proc)
     assert state_of(state_dir)["state"] == "OPEN"
@@ -179,7 +180,7 @@ def test_a_hook_that_fails_or_hangs_is_logged_and_never_fatal(tmp_path: Path) ->
                  "--on-open-hook", f"cat > {marker}; sleep 100", "--", str(LOOP), env=loop_env("stuck"))
     proc.communicate(timeout=60)
     assert proc.returncode == 2
-    failed = events(tmp_path / ".ralph-supervise", "hook_failed")
+    failed = events(state_dir_of(tmp_path), "hook_failed")
     assert failed and failed[0]["timed_out"] is True
     decision = json.loads(marker.read_text())
     assert decision["trigger"] == "no-progress" and decision["to"] == "OPEN"
@@ -189,14 +190,14 @@ def test_a_hook_that_fails_or_hangs_is_logged_and_never_fatal(tmp_path: Path) ->
                  env=loop_env("stuck"))
     proc.communicate(timeout=60)
     assert proc.returncode == 2
-    failed = events(workspace / ".ralph-supervise", "hook_failed")
+    failed = events(state_dir_of(workspace), "hook_failed")
     assert failed and failed[0]["code"] == 3
 
 
 def test_pause_resume_stop_over_the_control_socket(tmp_path: Path) -> None:
     assert cli(tmp_path, "pause").returncode == 1, "no supervisor runs yet"
     proc = start(tmp_path, *FAST, "--", str(LOOP), env=loop_env("progress"))
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     try:
         wait_for(lambda: events(state_dir, "iteration_started"), what="a first iteration")
         paused = cli(tmp_path, "pause")
@@ -216,7 +217,7 @@ def test_pause_resume_stop_over_the_control_socket(tmp_path: Path) -> None:
 def test_reset_without_a_supervisor_clears_the_state_file(tmp_path: Path) -> None:
     proc = start(tmp_path, *FAST, "--on-open", "stop", "--", str(LOOP), env=loop_env("stuck"))
     proc.communicate(timeout=60)
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     assert state_of(state_dir)["state"] == "OPEN"
     assert cli(tmp_path, "reset").returncode == 0
     assert state_of(state_dir)["state"] == "CLOSED"

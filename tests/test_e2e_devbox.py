@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.helpers.supervise import LOOP, events, loop_env, run, start, supervise_argv, wait_for
+from tests.helpers import state_dir_of
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1")
 
@@ -33,14 +34,14 @@ def test_sd_notify_ready_status_watchdog_and_stopping(tmp_path: Path) -> None:
     assert ready and "STATUS=" in ready[0]
     assert any(m.startswith("WATCHDOG=1") for m in messages)
     assert any("STOPPING=1" in m for m in messages)
-    child_log = (tmp_path / ".ralph-supervise" / "child.log").read_text()
+    child_log = (state_dir_of(tmp_path) / "child.log").read_text()
     assert child_log.strip() == "0", "the loop must not inherit NOTIFY_SOCKET"
 
 
 def test_metrics_are_scraped_over_loopback(tmp_path: Path) -> None:
     env = loop_env("progress", RALPH_LOOP_MAX="50")
     proc = start(tmp_path, *FAST, "--metrics-port", "0", "--", str(LOOP), env=env)
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     try:
         port = wait_for(lambda: events(state_dir, "metrics_listening"), what="metrics_listening")[0]["port"]
         wait_for(lambda: len(events(state_dir, "iteration_finished")) >= 2, what="two iterations")
@@ -66,7 +67,7 @@ def test_metrics_textfile_is_written(tmp_path: Path) -> None:
 
 def test_watch_once_shows_a_running_supervisor(tmp_path: Path) -> None:
     proc = start(tmp_path, *FAST, "--", str(LOOP), env=loop_env("progress", RALPH_LOOP_MAX="50"))
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     try:
         wait_for(lambda: len(events(state_dir, "iteration_finished")) >= 1, what="an iteration")
         shown = subprocess.run(supervise_argv("watch", "--once", "-w", str(tmp_path)), capture_output=True,

@@ -11,17 +11,18 @@ import pytest
 
 from ralph_supervisor.ledger import attempt_dict, dump_ledger
 from tests.helpers.supervise import EXAMPLES, LOOP, events, history, loop_env, run
+from tests.helpers import state_dir_of
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
 BACKGROUND_LOOP = EXAMPLES / "ralph_background_loop.sh"
 
 
 def finished(workspace: Path) -> list[dict]:
-    return events(workspace / ".ralph-supervise", "iteration_finished")
+    return events(state_dir_of(workspace), "iteration_finished")
 
 
 def ledger(workspace: Path) -> list[dict]:
-    return json.loads((workspace / ".ralph-supervise" / "ledger.json").read_text())["attempts"]
+    return json.loads((state_dir_of(workspace) / "ledger.json").read_text())["attempts"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "stream-json", "text"])
@@ -112,8 +113,8 @@ def test_a_new_untracked_file_and_a_commit_with_a_clean_tree_are_progress(tmp_pa
 
 
 def test_the_ledger_keeps_the_last_1000_attempts_across_runs(tmp_path: Path) -> None:
-    state = tmp_path / ".ralph-supervise"
-    state.mkdir()
+    state = state_dir_of(tmp_path)
+    state.mkdir(parents=True)
     seeded = [attempt_dict(n, f"seeded {n}", "success", None, 10) for n in range(1, 1006)]
     (state / "ledger.json").write_text(dump_ledger("earlier runs", seeded))
     script = "echo '=== 1'; sleep 0.2; echo a > a.txt; sleep 0.3; echo '=== 2'; sleep 0.2; echo b > b.txt; sleep 0.3"
@@ -144,7 +145,7 @@ def test_a_stream_json_line_over_1_mib_is_cut_for_analysis_but_kept_whole_in_the
     result = run(tmp_path, *FAST, "--iteration-marker", "^START", "--", "bash", "-c",
                  "echo START; cat big.jsonl; echo 'Error: Failed to compile src/main.ts'")
     assert result.returncode == 0
-    log = (tmp_path / ".ralph-supervise" / "child.log").read_bytes()
+    log = (state_dir_of(tmp_path) / "child.log").read_bytes()
     assert big.encode() in log
     done = finished(tmp_path)
     assert done and done[0]["errors"] == 1
@@ -169,7 +170,7 @@ def test_the_call_cut_off_by_a_pause_is_not_the_trial(tmp_path: Path) -> None:
     env = loop_env("hang", RALPH_LOOP_TIMEOUT="3", RALPH_LOOP_MAX="2")
     result = run(tmp_path, *FAST, "--stall", "1", "--cooldown", "0.05", "--max-opens", "2", "--", str(LOOP), env=env,
                  timeout=90)
-    state_dir = tmp_path / ".ralph-supervise"
+    state_dir = state_dir_of(tmp_path)
     moves = [(h["from"], h["to"], h["trigger"]) for h in history(state_dir)]
     assert moves[0] == ("CLOSED", "OPEN", "stall"), moves
     cut = [e for e in events(state_dir, "iteration_finished") if e["cut_short"]]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.supervise import events, history, run
+from tests.helpers import state_dir_of
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def agent_path(workspace: Path) -> dict[str, str]:
 
 def supervise(workspace: Path, loop: list[str], *args: str) -> tuple[int, Path]:
     done = run(workspace, *FAST, *args, "--", *loop, env=agent_path(workspace), timeout=90)
-    return done.returncode, workspace / ".ralph-supervise"
+    return done.returncode, state_dir_of(workspace)
 
 
 def test_an_agent_that_flips_a_file_between_two_states_trips_no_progress_from_the_first_return(tmp_path: Path) -> None:
@@ -110,7 +111,7 @@ def test_a_usage_limit_freezes_the_tree_until_it_resets_and_resume_ends_the_wait
         'echo "step $N" > "step$N.txt"\n'), calls=2)
     proc = start(workspace, *FAST, "--", *loop, env=agent_path(workspace), stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL)
-    state_dir = workspace / ".ralph-supervise"
+    state_dir = state_dir_of(workspace)
 
     def cli(*args: str) -> str:
         return subprocess.run(supervise_argv(*args, "-w", str(workspace)), capture_output=True, text=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import fault_procs
+from tests.helpers import fault_procs, state_dir_of
 from tests.helpers.fault_procs import states
 from tests.helpers.supervise import LOOP, events, history, run, start, wait_for
 
@@ -129,7 +129,7 @@ def test_snapshots_never_touch_the_users_repository_and_keep_to_their_budget(tmp
     assert set(git(ws, "status", "--porcelain", "-uall").splitlines()) == set(status_before.splitlines()) | agent
 
     listed = snapshots(ws)
-    state_dir = ws / ".ralph-supervise"
+    state_dir = state_dir_of(ws)
     store_bytes = json.loads(cli(ws, "snapshots", "--json").stdout)["store_bytes"]
     assert store_bytes <= 1_000_000, store_bytes
     assert listed[-1]["iteration"] == 5 and listed[-1]["files"] == 5  # .gitignore, tracked, staged, untracked, data/random.bin
@@ -169,7 +169,7 @@ def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_
         c3="for f in src/gen/*; do rm -f \"$f\"; sleep 0.1; done\n",
     )
     proc = start(ws, *FAST, "--cooldown", "10", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps))
-    state_dir = ws / ".ralph-supervise"
+    state_dir = state_dir_of(ws)
     try:
         wait_for(lambda: events(state_dir, "iteration_started"), timeout=30, what="the first call")
         refused = cli(ws, "restore", "0")
@@ -240,7 +240,7 @@ def test_rm_rf_in_a_folder_that_is_no_repository_stops_the_run_and_restores(tmp_
     done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps),
                timeout=60)
     assert done.returncode == 2, done.stderr.decode()[-2000:]
-    state_dir = ws / ".ralph-supervise"
+    state_dir = state_dir_of(ws)
     assert [h["trigger"] for h in history(state_dir)] == ["destructive"]
     assert not (ws / "src").exists()
     assert (ws / ".git").exists() is False
@@ -249,3 +249,110 @@ def test_rm_rf_in_a_folder_that_is_no_repository_stops_the_run_and_restores(tmp_
     assert (ws / "src" / "blob.bin").read_bytes() == b"\x01\x02\xff"
     assert sorted(p.name for p in (ws / "src" / "pkg").iterdir()) == sorted(f"m{i}.py" for i in range(30))
     assert (ws / "src" / "pkg" / "m12.py").read_text() == "line 12\n"
+
+
+def test_git_clean_x_after_three_calls_of_work_is_undone_with_the_ignored_env_byte_for_byte(tmp_path: Path) -> None:
+    """The issue's loop: three calls write ten new files each (untracked, as new work is until committed), the
+    fourth runs `git clean -fdxq`. The state folder is out of its reach: the trip names snapshot 3, which holds
+    the 30 files and the ignored `.env`; history, events and escalation are all there."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q")
+    (ws / ".gitignore").write_text(".env\n")
+    (ws / "README.md").write_text("# project\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    secret = b"API_KEY=not-a-real-key\nDATABASE_URL=postgres://u:p@localhost/db\n"
+    (ws / ".env").write_bytes(secret)
+    (ws / ".env").chmod(0o600)
+
+    def work(n: int) -> str:
+        return (f"mkdir -p work; i=0; while [ $i -lt 10 ]; do printf 'call {n} file %s\\n' $i > work/c{n}_$i.txt; "
+                f"i=$((i+1)); done\n")
+
+    steps = calls(tmp_path, c1=work(1), c2=work(2), c3=work(3), c4="git clean -fdxq\n")
+    done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps),
+               timeout=120)
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    assert not (ws / ".env").exists() and not (ws / "work").exists(), "the clean ran"
+    state = state_dir_of(ws)
+    opened = [h for h in history(state) if h["to"] == "OPEN"]
+    assert [h["trigger"] for h in opened] == ["destructive"] and opened[0]["iteration"] == 4
+    assert f"restore 3 -w {ws}" in opened[0]["reason"]
+    assert f"ralph-supervise restore 3 -w {ws}" in (state / "escalation.md").read_text()
+    finished = events(state, "iteration_finished")
+    assert [e["iteration"] for e in finished][:4] == [1, 2, 3, 4]
+    assert events(state, "supervisor_stopped") and not events(state, "state_file_lost")
+
+    restored = cli(ws, "restore", "3")
+    assert restored.returncode == 0, restored.stderr
+    assert (ws / ".env").read_bytes() == secret and stat.S_IMODE((ws / ".env").stat().st_mode) == 0o600
+    for n in (1, 2, 3):
+        for i in range(10):
+            assert (ws / "work" / f"c{n}_{i}.txt").read_bytes() == f"call {n} file {i}\n".encode()
+    assert sorted(os.listdir(ws / "work")) == sorted(f"c{n}_{i}.txt" for n in (1, 2, 3) for i in range(10))
+
+
+def test_commits_the_agent_dropped_and_collected_are_kept_and_put_back_on_a_new_branch(tmp_path: Path) -> None:
+    """The agent commits three times, then `git reset --hard HEAD~3`, expires the reflog and collects: the
+    commits are gone from the repository, the store kept them, `restore --commit` puts them on a new branch
+    and never moves the user's own."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "README.md").write_text("# project\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    start = git(ws, "rev-parse", "HEAD").strip()
+
+    def commit(n: int) -> str:
+        return f"echo 'step {n}' > step_{n}.txt && git add -A && git commit -qm 'step {n}'\n"
+
+    steps = calls(tmp_path, c1=commit(1), c2=commit(2), c3=commit(3),
+                  c4="git reset -q --hard HEAD~3 && git reflog expire --expire=now --all && git gc -q --prune=now\n")
+    identity = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "agent",
+                "GIT_COMMITTER_EMAIL": "a@a", "GIT_CONFIG_GLOBAL": os.devnull}
+    # The reset deletes 3 of 4 files: a destructive trip would freeze the tree mid-gc; not what this test is about.
+    done = run(ws, *FAST, "--max-iterations", "4", "--no-progress", "100", "--destructive-files", "0",
+               "--destructive-share", "0", "--", str(LOOP), env=loop_env(steps, **identity), timeout=120)
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    assert git(ws, "rev-parse", "HEAD").strip() == start
+    assert git(ws, "log", "--all", "--format=%s").split("\n")[0] == "start", "the commits are gone from the repository"
+
+    listed = json.loads(cli(ws, "restore", "--commits", "--json").stdout)
+    by_subject = {k["subject"]: k for k in listed}
+    assert {"step 1", "step 2", "step 3"} <= set(by_subject)
+    assert not by_subject["step 3"]["in_repository"] and by_subject["start"]["in_repository"]
+    taken = cli(ws, "restore", "--commit", by_subject["step 3"]["commit"][:10], "--branch", "main")
+    assert taken.returncode == 1 and "exists" in taken.stderr, "the user's own branch is never moved"
+    back = cli(ws, "restore", "--commit", by_subject["step 3"]["commit"][:10], "--branch", "rescued")
+    assert back.returncode == 0, back.stderr
+    assert git(ws, "log", "--format=%s", "rescued").splitlines() == ["step 3", "step 2", "step 1", "start"]
+    assert git(ws, "rev-parse", "main").strip() == start and git(ws, "status", "--porcelain") == ""
+
+
+def test_deleting_the_repository_is_a_destructive_trip_and_its_commits_come_back(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "README.md").write_text("# project\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    steps = calls(tmp_path, c1="echo work > work.txt && git add -A && git commit -qm 'the work'\n",
+                  c2="rm -rf .git\n")
+    identity = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "agent",
+                "GIT_COMMITTER_EMAIL": "a@a", "GIT_CONFIG_GLOBAL": os.devnull}
+    done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", str(LOOP),
+               env=loop_env(steps, **identity), timeout=120)
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"]
+    assert [h["trigger"] for h in opened] == ["destructive"] and opened[0]["iteration"] == 2
+    assert "deleted the repository" in opened[0]["reason"] and f"restore --commits -w {ws}" in opened[0]["reason"]
+    listed = {k["subject"]: k for k in json.loads(cli(ws, "restore", "--commits", "--json").stdout)}
+    assert not listed["the work"]["in_repository"]
+    nowhere = cli(ws, "restore", "--commit", listed["the work"]["commit"], "--branch", "main")
+    assert nowhere.returncode == 1 and "not a git repository" in nowhere.stderr
+    git(ws, "init", "-q", "-b", "fresh")
+    back = cli(ws, "restore", "--commit", listed["the work"]["commit"], "--branch", "main")
+    assert back.returncode == 0, back.stderr
+    assert git(ws, "log", "--format=%s", "main").splitlines() == ["the work", "start"]

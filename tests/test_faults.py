@@ -41,6 +41,7 @@ from tests.helpers.fault_procs import (
 )
 from tests.helpers.runs import FAST, Run
 from tests.helpers.supervise import LOOP, REPO, events, history, loop_env, wait_for
+from tests.helpers import state_dir_of
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
 MiB = 1 << 20
@@ -322,13 +323,14 @@ def test_a_state_folder_made_read_only_mid_run_keeps_supervising_and_exits_with_
 def test_a_read_only_state_folder_at_start_is_one_clear_line_and_nothing_runs(
         immutable: Immutable, runs: list[Run]) -> None:
     workspace = immutable.root / "work"
-    state_dir = workspace / ".ralph-supervise"
+    workspace.mkdir(parents=True, exist_ok=True)
+    state_dir = immutable.root / "state"  # named, so it lies where chattr works
     state_dir.mkdir(parents=True)
     (state_dir / ".gitignore").write_text("*\n")
     freeze(immutable, state_dir)
     run = new_run(runs, workspace)
     witness = immutable.root / "spawned"
-    run.start("--", "touch", str(witness))
+    run.start("--state-dir", str(state_dir), "--", "touch", str(witness))
     assert run.finish(timeout=15) == 1
     lines = run.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and str(state_dir) in lines[0], lines
@@ -352,7 +354,8 @@ CORRUPT_STATES = {
 def test_a_corrupt_state_file_is_moved_aside_with_a_warning_and_the_breaker_starts_closed(
         tmp_path: Path, runs: list[Run], kind: str) -> None:
     workspace = tmp_path / "work"
-    state_dir = workspace / ".ralph-supervise"
+    workspace.mkdir(parents=True, exist_ok=True)
+    state_dir = state_dir_of(workspace)
     state_dir.mkdir(parents=True)
     content = CORRUPT_STATES[kind]
     (state_dir / "state.json").write_bytes(content)
@@ -390,7 +393,8 @@ def test_a_pathological_state_folder_file_never_stops_the_supervisor_from_starti
         tmp_path: Path, runs: list[Run], name: str, content: bytes) -> None:
     """The supervisor never refuses to start because of its own old files."""
     workspace = tmp_path / "work"
-    state_dir = workspace / ".ralph-supervise"
+    workspace.mkdir(parents=True, exist_ok=True)
+    state_dir = state_dir_of(workspace)
     state_dir.mkdir(parents=True)
     (state_dir / name).write_bytes(content)
     run = new_run(runs, workspace)
@@ -409,7 +413,8 @@ def test_a_pathological_state_folder_file_never_stops_the_supervisor_from_starti
 def test_a_corrupt_daily_spend_file_is_set_aside_and_iterations_are_still_judged(
         tmp_path: Path, runs: list[Run], content: bytes) -> None:
     workspace = tmp_path / "work"
-    state_dir = workspace / ".ralph-supervise"
+    workspace.mkdir(parents=True, exist_ok=True)
+    state_dir = state_dir_of(workspace)
     state_dir.mkdir(parents=True)
     (state_dir / "daily-spend.json").write_bytes(content)
     run = new_run(runs, workspace)
@@ -427,8 +432,8 @@ def test_a_corrupt_daily_spend_file_is_set_aside_and_iterations_are_still_judged
     pytest.param(CORRUPT_STATES["bad-types"], id="bad-types"),
 ])
 def test_status_and_reset_without_a_supervisor_survive_a_pathological_state_file(tmp_path: Path, content: bytes) -> None:
-    state_dir = tmp_path / ".ralph-supervise"
-    state_dir.mkdir()
+    state_dir = state_dir_of(tmp_path)
+    state_dir.mkdir(parents=True)
     (state_dir / "state.json").write_bytes(content)
     shown = cli(tmp_path, "status", "--json")
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr[-800:]
@@ -470,7 +475,7 @@ def test_an_unreadable_config_is_exit_1_with_one_line_naming_the_file(
     assert run.finish(timeout=15) == 1
     lines = run.stderr.decode(errors="replace").strip().splitlines()
     assert len(lines) == 1 and named.name in lines[0], lines
-    assert not witness.exists() and not (workspace / ".ralph-supervise").exists()
+    assert not witness.exists() and not state_dir_of(workspace).exists()
 
 
 # ------------------------------------------------------------------------------------ hostile output
@@ -716,9 +721,10 @@ def test_two_supervisors_started_at_the_same_instant_exactly_one_wins(tmp_path: 
     folders = []
     for index in range(4):
         workspace = tmp_path / f"work-{index}"
-        (workspace / ".ralph-supervise").mkdir(parents=True)
+        workspace.mkdir(parents=True)
+        state_dir_of(workspace).mkdir(parents=True)
         if index >= 2:
-            (workspace / ".ralph-supervise" / "supervisor.lock").write_text("999999\n")
+            (state_dir_of(workspace) / "supervisor.lock").write_text("999999\n")
         folders.append(workspace)
     racers: dict[Path, list[subprocess.Popen[bytes]]] = {}
     try:
@@ -745,7 +751,7 @@ def test_two_supervisors_started_at_the_same_instant_exactly_one_wins(tmp_path: 
             assert winner.poll() is None, winner.communicate()[1].decode()[-1500:]
             winners.append(winner)
         for workspace, winner in zip(folders, winners):
-            started = wait_for(lambda: events(workspace / ".ralph-supervise", "child_started"), timeout=10,
+            started = wait_for(lambda: events(state_dir_of(workspace), "child_started"), timeout=10,
                                what="the winner's child")
             assert len(started) == 1
         assert status(folders[0])["supervisor"]["pid"] == winners[0].pid

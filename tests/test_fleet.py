@@ -18,6 +18,7 @@ from rich.console import Console
 
 from ralph_supervisor import fleet, fleet_view, registry
 from ralph_supervisor.values import parse_time
+from tests.helpers import state_dir_of
 from tests.helpers.supervise import REPO, events, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1")
@@ -321,7 +322,7 @@ def test_a_read_only_registry_costs_a_warning_not_the_loop_and_ls_still_lists(tm
     run = subprocess.run([*prefix, *supervise_argv("run", *FAST, "-w", str(ws), "--", "sh", "-c", "exit 3")],
                          env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert run.returncode == 3, run.stderr  # the loop ran and its code came through
-    warning = events(ws / ".ralph-supervise", "registry_unwritable")
+    warning = events(state_dir_of(ws), "registry_unwritable")
     assert len(warning) == 1 and str(folder) in warning[0]["detail"]
     shown = subprocess.run([*prefix, *supervise_argv("ls", "--prune")], env=env, capture_output=True, text=True,
                            timeout=30)

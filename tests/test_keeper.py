@@ -18,11 +18,12 @@ from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.metrics import Metrics
 from ralph_supervisor.settings import load_settings
 from ralph_supervisor.snapshots import SnapshotStore
-from tests.helpers import held
+from tests.helpers import held, state_dir_of
 
 
 def keeper_for(ws: Path, state_dir: Path | None = None, **flags: object) -> tuple[SnapshotKeeper, list[str]]:
-    settings = load_settings(workspace=str(ws), state_dir=str(state_dir) if state_dir else None, flags=flags, env={})
+    settings = load_settings(workspace=str(ws), state_dir=str(state_dir) if state_dir else None, flags=flags,
+                             env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]})
     reasons: list[str] = []
     return SnapshotKeeper(settings, on_destruction=reasons.append), reasons
 
@@ -69,7 +70,7 @@ def test_snapshots_at_start_and_at_each_iteration_end_with_metrics(ws: Path) -> 
     (ws / "c.txt").write_text("c\n")
     keeper.saw(Change("c.txt", 0.0, ABSENT, held(b"c\n")))
     keeper.close(iteration=1)  # what changed since the last one is kept too
-    kinds = [(i.iteration, i.kind, i.files) for i in SnapshotStore(ws, ws / ".ralph-supervise").list()]
+    kinds = [(i.iteration, i.kind, i.files) for i in SnapshotStore(ws, state_dir_of(ws)).list()]
     assert kinds == [(0, "start", 1), (1, "iteration", 2), (1, "exit", 3)]
     status = keeper.status()
     assert status["state"] == "on" and status["count"] == 3 and status["latest"]["kind"] == "exit"
@@ -93,7 +94,7 @@ def test_a_destructive_iteration_is_reported_once_while_it_runs(ws: Path) -> Non
     assert f"ralph-supervise restore 1 -w {ws}" in lines and "before the files were destroyed" in lines
     keeper.iteration_ended(2)
     keeper.close(2)
-    marks = [(i.iteration, i.before_trip) for i in SnapshotStore(ws, ws / ".ralph-supervise").list()]
+    marks = [(i.iteration, i.before_trip) for i in SnapshotStore(ws, state_dir_of(ws)).list()]
     assert (1, "destructive") in marks
     # Between iterations nothing is judged.
     keeper2, reasons2 = keeper_for(ws, destructive_files=1)
@@ -117,7 +118,7 @@ def test_without_git_snapshots_are_off_with_one_warning(ws: Path, tmp_path: Path
     assert [e["reason"] for e in warnings(logs, "snapshots_off")] == ["git is not installed (snapshots need it)"]
     assert keeper.status()["state"] == "off"
     assert len(reasons) == 1 and "no snapshot holds them (git is not installed" in reasons[0], "the trip still works"
-    assert not (ws / ".ralph-supervise" / "snapshots").exists()
+    assert not (state_dir_of(ws) / "snapshots").exists()
 
 
 def test_a_budget_of_zero_means_no_snapshots_and_no_warning(ws: Path) -> None:
@@ -128,7 +129,7 @@ def test_a_budget_of_zero_means_no_snapshots_and_no_warning(ws: Path) -> None:
         keeper.close(1)
     assert [e["log_level"] for e in logs if e["event"] == "snapshots_off"] == ["info"]
     assert keeper.status()["problem"] == "--snapshot-budget is 0"
-    assert not (ws / ".ralph-supervise" / "snapshots").exists()
+    assert not (state_dir_of(ws) / "snapshots").exists()
 
 
 def test_a_full_disk_pauses_snapshots_with_one_warning_until_there_is_room(ws: Path, tiny_disk: Path) -> None:
@@ -164,7 +165,7 @@ def test_a_store_that_cannot_be_written_turns_snapshots_off(ws: Path, tiny_disk:
 
 
 def test_a_broken_store_is_moved_aside_with_one_warning_and_snapshots_go_on(ws: Path) -> None:
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     store = SnapshotStore(ws, state)
     store.take(0, "start", None, now=0.0)
     for path in (state / "snapshots" / "objects").rglob("*"):

@@ -27,6 +27,7 @@ from ralph_supervisor.report.account import (
 )
 from ralph_supervisor.report.sources import GitFacts, Records, read_records
 from ralph_supervisor.rotating import read_json_lines
+from tests.helpers import state_dir_of
 from tests.helpers.debian import installed
 from tests.helpers.supervise import REPO
 from tests.helpers.synthetic_runs import write_run
@@ -391,7 +392,7 @@ def test_the_supervisor_writes_report_html_and_notifies_each_event_once_without_
         server.shutdown()
         server.server_close()
     assert done.returncode == 2, done.stderr.decode()[-3000:]
-    state_dir = workspace / ".ralph-supervise"
+    state_dir = state_dir_of(workspace)
     html = state_dir / "report.html"
     page = html.read_text()
     assert "Stopped for good by the breaker (no-progress)" in page and 0 < len(page) < 2_000_000
@@ -431,7 +432,7 @@ def test_report_html_is_written_at_an_open_while_paused_and_again_at_exit(tmp_pa
 
     workspace = tmp_path / "proj"
     workspace.mkdir()
-    state_dir = workspace / ".ralph-supervise"
+    state_dir = state_dir_of(workspace)
     html = state_dir / "report.html"
     proc = start(workspace, "--no-echo", "--log-format", "json", "--notify-desktop", "false", "--grace", "1",
                  "--cooldown", "30", "--", str(LOOP), env=loop_env("stuck"))

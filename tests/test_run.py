@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from tests.helpers.supervise import events, run, start, wait_for
+from tests.helpers import state_dir_of
 
 NO_BREAKER = ("--no-echo", "--log-format", "json")
 
@@ -38,14 +39,15 @@ def test_run_is_the_default_command_and_the_workspace_flag_sets_the_cwd(tmp_path
     result = run(tmp_path, "run", "-w", str(work), *NO_BREAKER, "--", "sh", "-c", "pwd > where.txt")
     assert result.returncode == 0
     assert (work / "where.txt").read_text().strip() == str(work.resolve())
-    assert (work / ".ralph-supervise" / ".gitignore").read_text().strip() == "*"
+    assert sorted(os.listdir(work)) == ["where.txt"], "the supervisor keeps nothing in the workspace"
+    assert (state_dir_of(work) / "events.jsonl").is_file()
 
 
 def test_child_is_a_session_leader_with_stdin_from_dev_null(tmp_path: Path) -> None:
     script = "import os,sys; print(os.getsid(0)==os.getpid(), sys.stdin.read()=='' )"
     result = run(tmp_path, *NO_BREAKER, "--", sys.executable, "-c", script)
     assert result.returncode == 0
-    assert (tmp_path / ".ralph-supervise" / "child.log").read_text().strip() == "True True"
+    assert (state_dir_of(tmp_path) / "child.log").read_text().strip() == "True True"
 
 
 def test_output_reaches_child_log_byte_for_byte(tmp_path: Path) -> None:
@@ -55,7 +57,7 @@ def test_output_reaches_child_log_byte_for_byte(tmp_path: Path) -> None:
               "sys.stderr.buffer.write(b''); sys.stdout.buffer.write(d[1000:]); sys.stdout.flush()")
     result = run(tmp_path, *NO_BREAKER, "--", sys.executable, "-c", script)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / ".ralph-supervise" / "child.log").read_bytes() == payload
+    assert (state_dir_of(tmp_path) / "child.log").read_bytes() == payload
 
 
 def test_the_end_of_a_run_says_how_many_bytes_the_error_filter_scanned_and_dropped(tmp_path: Path) -> None:
@@ -92,15 +94,15 @@ def test_a_child_writing_200_mb_is_never_blocked_and_memory_stays_flat(tmp_path:
     proc.communicate()
     assert proc.returncode == 0
     assert peak < 150 * 1024 * 1024, f"supervisor RSS peaked at {peak / 2**20:.0f} MiB"
-    logs = list((tmp_path / ".ralph-supervise").glob("child.log*"))
+    logs = list(state_dir_of(tmp_path).glob("child.log*"))
     total = sum(p.stat().st_size for p in logs)
     assert total <= 60_000_000, f"child logs use {total} bytes, over the 60 MB budget"
-    assert (tmp_path / ".ralph-supervise" / "child.log.1").exists()
+    assert (state_dir_of(tmp_path) / "child.log.1").exists()
 
 
 def test_sigterm_stops_the_child_and_exits_143(tmp_path: Path) -> None:
     proc = start(tmp_path, *NO_BREAKER, "--grace", "2", "--", "sh", "-c", "echo started; sleep 1000")
-    state = tmp_path / ".ralph-supervise"
+    state = state_dir_of(tmp_path)
     child = wait_for(lambda: events(state, "child_started"), what="child_started")[0]["pid"]
     wait_for(lambda: (state / "child.log").exists() and b"started" in (state / "child.log").read_bytes())
     proc.send_signal(signal.SIGTERM)
@@ -113,7 +115,7 @@ def test_sigterm_stops_the_child_and_exits_143(tmp_path: Path) -> None:
 def test_sigint_exits_130_and_a_second_signal_kills_at_once(tmp_path: Path) -> None:
     loop = "trap '' TERM; echo started; while true; do sleep 0.1; done"
     proc = start(tmp_path, *NO_BREAKER, "--grace", "30", "--", "bash", "-c", loop)
-    state = tmp_path / ".ralph-supervise"
+    state = state_dir_of(tmp_path)
     wait_for(lambda: (state / "child.log").exists() and b"started" in (state / "child.log").read_bytes())
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
@@ -127,7 +129,7 @@ def test_sigint_exits_130_and_a_second_signal_kills_at_once(tmp_path: Path) -> N
 
 def test_sighup_changes_nothing(tmp_path: Path) -> None:
     proc = start(tmp_path, *NO_BREAKER, "--", "sh", "-c", "sleep 1.5; echo survived")
-    state = tmp_path / ".ralph-supervise"
+    state = state_dir_of(tmp_path)
     wait_for(lambda: events(state, "child_started"))
     proc.send_signal(signal.SIGHUP)
     proc.communicate(timeout=20)
@@ -138,7 +140,7 @@ def test_sighup_changes_nothing(tmp_path: Path) -> None:
 def test_a_second_supervisor_on_the_same_folder_is_refused(tmp_path: Path) -> None:
     first = start(tmp_path, *NO_BREAKER, "--", "sleep", "30")
     try:
-        state = tmp_path / ".ralph-supervise"
+        state = state_dir_of(tmp_path)
         wait_for(lambda: events(state, "child_started"))
         second = run(tmp_path, *NO_BREAKER, "--", "true")
         assert second.returncode == 1
@@ -168,7 +170,7 @@ def test_bad_flags_give_exit_1_and_one_line_naming_the_flag(tmp_path: Path, args
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1, lines
     assert needle in lines[0]
-    assert not (tmp_path / ".ralph-supervise").exists(), "nothing may be created before the settings are valid"
+    assert not state_dir_of(tmp_path).exists(), "nothing may be created before the settings are valid"
 
 
 @pytest.mark.parametrize("text", ["grace = 5\nno_progress = = 3\n", "grace = 5\nno_progress = [1,\n"])
@@ -203,10 +205,10 @@ def test_a_missing_command_is_a_clear_error(tmp_path: Path) -> None:
 def test_events_carry_the_contract_names(tmp_path: Path) -> None:
     result = run(tmp_path, *NO_BREAKER, "--", "sh", "-c", "exit 4")
     assert result.returncode == 4
-    names = [e["event"] for e in events(tmp_path / ".ralph-supervise")]
+    names = [e["event"] for e in events(state_dir_of(tmp_path))]
     for name in ("supervisor_started", "child_started", "child_exited", "supervisor_stopped"):
         assert name in names
-    exited = events(tmp_path / ".ralph-supervise", "child_exited")[0]
+    exited = events(state_dir_of(tmp_path), "child_exited")[0]
     assert exited["code"] == 4
 
 
@@ -220,7 +222,7 @@ def test_version_and_help(tmp_path: Path) -> None:
 def test_supervisor_survives_sighup_from_a_closing_terminal_group(tmp_path: Path) -> None:
     """tmux detach / SSH logout: SIGHUP to the supervisor's whole process group."""
     proc = start(tmp_path, *NO_BREAKER, "--", "sh", "-c", "sleep 1; echo done")
-    state = tmp_path / ".ralph-supervise"
+    state = state_dir_of(tmp_path)
     wait_for(lambda: events(state, "child_started"))
     os.kill(proc.pid, signal.SIGHUP)
     proc.communicate(timeout=20)

@@ -20,7 +20,9 @@ def test_settings_defaults_are_the_contract_defaults(tmp_path: Path) -> None:
     assert (s.stall, s.paraphrase, s.max_iterations, s.token_budget, s.daily_token_budget) == (1800, 0.82, 0, 0, 0)
     assert (s.on_open, s.cooldown, s.max_opens, s.grace) == ("pause", 30, 3, 10)
     assert s.iteration_process == ("claude", "codex", "gemini", "opencode", "cursor-agent", "amp")
-    assert s.state_dir == tmp_path.resolve() / ".ralph-supervise"
+    assert s.state_dir.parent == Path.home() / ".local" / "state" / "ralph-supervise" / "workspaces"
+    assert load_settings(workspace=str(tmp_path), env={"XDG_STATE_HOME": str(tmp_path / "st")}).state_dir.parent \
+        == tmp_path / "st" / "ralph-supervise" / "workspaces"
     assert s.log_max_bytes == 50_000_000 and s.log_total_bytes == 500_000_000 and s.line_cap == 1 << 20
 
 

@@ -213,6 +213,11 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.lists(name, min_size=1, max_size=4).map(lambda v: (v, tuple(v))) | st.lists(
                 name, min_size=1, max_size=4
             ).map(lambda v: (",".join(v), tuple(v)))
+        case "snapshot_skip":
+            folder = st.text("abcdefghijklmnopqrstuvwxyz-_.0123456789", min_size=1, max_size=9).filter(
+                lambda v: v not in (".", ".."))
+            return st.lists(folder, min_size=1, max_size=4).map(lambda v: (v, tuple(v))) | st.lists(
+                folder, min_size=1, max_size=4).map(lambda v: (",".join(v), tuple(v))) | st.just(("none", ()))
         case "iteration_marker":
             return st.sampled_from(["^--- iteration", r"Loop #\d+", "x"]).map(lambda v: (v, v)) | st.just(("", None))
         case "tail" | "ignore":

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ralph_supervisor.evidence.shims import ShimDir, bad_agent_name, install_shims, parse_notice, read_notice
+from tests.helpers import state_dir_of
 
 # The agent: a python interpreter under the name `claude` (a real executable, so the kernel keeps the
 # argv[0] its caller chose, as for a native agent binary), reporting what it sees.
@@ -179,4 +180,4 @@ def test_a_bad_iteration_process_name_is_one_clear_line(tmp_path: Path, value: s
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("ralph-supervise: --iteration-process: ")
-    assert not (tmp_path / ".ralph-supervise" / "shims").exists()
+    assert not state_dir_of(tmp_path).exists()

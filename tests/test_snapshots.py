@@ -131,6 +131,67 @@ def test_what_the_watcher_ignores_is_not_stored(ws: Path) -> None:
     assert sorted(store.files_in(info)) == [".gitignore", "keep.py"]
 
 
+def test_ignored_files_are_stored_but_regenerable_trees_and_our_own_folders(ws: Path, tmp_path: Path) -> None:
+    (ws / ".gitignore").write_text("build/\n*.log\n.env\ndata/\nmyenv/\n")
+    (ws / ".env").write_bytes(b"API_KEY=sk-not-a-real-key\n")
+    for path in ("keep.py", "build/out.o", "app.log", "node_modules/p/i.js", "scratch.tmp", "data/raw/a.csv",
+                 "data/cache/__pycache__/m.pyc", "data/node_modules/x.js", ".ralph-supervise/state.json",
+                 "pkg/__pycache__/m.pyc", "excluded-by-user.txt", ".ralph/status", "myenv/lib/x.py", "big.log"):
+        (ws / path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / path).write_text("x\n")
+    (ws / "myenv" / "pyvenv.cfg").write_text("home = /usr\n")
+    (ws / "big.log").write_bytes(b"b" * 5000)
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / ".git" / "info" / "exclude").write_text("excluded-by-user.txt\n")
+    rules = exclude_lines(BUILTIN_IGNORED_NAMES, [".ralph-supervise"], ["*.tmp"], "excluded-by-user.txt\n")
+    store = SnapshotStore(ws, tmp_path / "state", skip=("node_modules", "__pycache__", "build"), max_file=1000)
+    info = store.take(0, "start", None, now=time.time(), exclude=rules)
+    assert sorted(store.files_in(info)) == [".env", ".gitignore", "app.log", "data/raw/a.csv", "excluded-by-user.txt",
+                                            "keep.py", "scratch.tmp"]
+    assert info.skipped == ("build", "data/cache/__pycache__", "data/node_modules", "myenv", "node_modules",
+                            "pkg/__pycache__")
+    assert info.not_stored == ("big.log",), "an ignored file over the limit is listed, not stored"
+    assert SnapshotInfo.from_message(info.message(), info.commit).skipped == info.skipped
+    assert info.skipped_bytes == {root: 2 for root in info.skipped} | {"myenv": 2 + len("home = /usr\n")}
+    assert SnapshotInfo.from_message(info.message(), info.commit).skipped_bytes == info.skipped_bytes
+    # `git clean -fdxq` takes every untracked and ignored file: restore brings them back byte for byte
+    before = files_of(ws)
+    subprocess.run(["git", "-C", str(ws), "clean", "-fdxq"], check=True)
+    assert not (ws / ".env").exists()
+    store.restore(info, ws, store.select(info, []))
+    after = files_of(ws)
+    assert after[".env"] == before[".env"] and after["data/raw/a.csv"] == before["data/raw/a.csv"]
+    assert {p for p in before if p not in after} == {
+        "build/out.o", "node_modules/p/i.js", "data/node_modules/x.js", "data/cache/__pycache__/m.pyc",
+        "pkg/__pycache__/m.pyc", "myenv/lib/x.py", "myenv/pyvenv.cfg", "big.log", ".ralph/status"}
+    assert all(after[p] == before[p] for p in after)
+    # An incremental snapshot keeps them (the watcher never names ignored paths), with the skipped roots
+    (ws / "keep.py").write_text("y\n")
+    later = take(store, 1, ["keep.py"])
+    assert ".env" in store.files_in(later) and later.skipped == info.skipped
+    (ws / "node_modules").mkdir()  # the clean took it: `npm install` brings it back, bigger
+    (ws / "node_modules" / "big.js").write_bytes(b"j" * 1000)  # measured again ten minutes on
+    soon = store.take(2, "iteration", ["keep.py"], now=time.time() + 60, exclude=rules)
+    assert soon.skipped_bytes["node_modules"] == 2
+    later = store.take(3, "iteration", ["keep.py"], now=time.time() + 601, exclude=rules)
+    assert later.skipped_bytes["node_modules"] == 1000
+
+
+def test_without_skip_names_ignored_files_stay_out_as_before(ws: Path) -> None:
+    (ws / ".gitignore").write_text(".env\n")
+    (ws / ".env").write_text("SECRET=1\n")
+    (ws / "a.py").write_text("a\n")
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    assert sorted(store.files_in(take(store, 0))) == [".gitignore", "a.py"]
+
+
+def test_the_store_is_private(ws: Path) -> None:
+    (ws / "a.py").write_text("a\n")
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    take(store, 0)
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o700
+
+
 def test_a_file_over_the_limit_is_listed_not_stored(ws: Path, tmp_path: Path) -> None:
     (ws / "small.txt").write_text("small\n")
     (ws / "grows.bin").write_bytes(b"g" * 100)
@@ -164,7 +225,7 @@ def test_a_file_that_keeps_changing_while_read_is_listed_as_moved(ws: Path) -> N
     assert all("busy.log.txt" in store.files_in(info) for info in seen), "stored as last read"
 
 
-def test_the_budget_drops_the_oldest_snapshots_first_and_keeps_the_newest(ws: Path) -> None:
+def test_the_budget_drops_the_oldest_snapshots_first_and_keeps_the_newest_three(ws: Path) -> None:
     store = SnapshotStore(ws, ws / ".ralph-supervise")
     for n in range(8):
         (ws / "random.bin").write_bytes(os.urandom(100_000))  # does not compress: each version costs 100 kB
@@ -172,13 +233,13 @@ def test_the_budget_drops_the_oldest_snapshots_first_and_keeps_the_newest(ws: Pa
     assert store.keep_within(0) == (0, store.size_on_disk()), "0: no budget to keep"
     dropped, size = store.keep_within(350_000)
     kept = store.list()
-    assert dropped == 8 - len(kept) and len(kept) >= 1 and size <= 350_000
+    assert dropped == 8 - len(kept) and len(kept) >= 3 and size <= 350_000
     assert [i.iteration for i in kept] == list(range(8 - len(kept), 8)), "oldest first"
     assert store.count() == len(kept)
     (ws / "random.bin").write_bytes(os.urandom(500_000))
     take(store, 8, ["random.bin"])
     store.keep_within(350_000)
-    assert [i.iteration for i in store.list()] == [8], "the newest stays even when it alone is over"
+    assert [i.iteration for i in store.list()] == [6, 7, 8], "the newest three stay even when they alone are over"
 
 
 def test_a_broken_store_is_moved_aside_and_a_new_one_started(ws: Path) -> None:
@@ -280,3 +341,55 @@ def test_git_failures_are_told_apart() -> None:
     assert refused_path("error: d/fifo: unsupported file type\nfatal: Unable to process path d/fifo") == "d/fifo"
     assert refused_path("error: open(\"secret\"): Permission denied\nerror: unable to index file 'secret'") == "secret"
     assert refused_path("fatal: bad") is None
+
+
+def test_kept_commits_survive_a_reset_and_a_gc_and_come_back_on_a_new_branch_only(ws: Path, tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph_supervisor import kept_commits
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ws), *args], check=True, capture_output=True, text=True,
+                              env=env).stdout
+
+    git("init", "-q", "-b", "main")
+    (ws / "a").write_text("a\n")
+    git("add", "-A")
+    git("commit", "-qm", "A")
+    store = SnapshotStore(ws, tmp_path / "state")
+    take(store, 0)
+    assert kept_commits.keep(store) == 1 and kept_commits.keep(store) == 0, "a tip is kept once"
+    for name in "BC":
+        (ws / name).write_text(name)
+        git("add", "-A")
+        git("commit", "-qm", name)
+        assert kept_commits.keep(store) == 1
+    git("reset", "-q", "--hard", "HEAD~2")
+    git("reflog", "expire", "--expire=now", "--all")
+    git("gc", "-q", "--prune=now")
+    listed = {k.subject: k for k in kept_commits.kept(store)}
+    assert set(listed) == {"A", "B", "C"} and listed["A"].in_repository and not listed["C"].in_repository
+    with pytest.raises(ValueError, match="exists"):
+        kept_commits.bring_back(store, listed["C"].commit, "main")
+    with pytest.raises(ValueError, match="no kept commit"):
+        kept_commits.bring_back(store, "0000000", "x")
+    with pytest.raises(ValueError, match="not a branch name"):
+        kept_commits.bring_back(store, listed["C"].commit, "../x")
+    assert kept_commits.bring_back(store, listed["C"].commit[:7], "rescued") == listed["C"].commit
+    assert git("log", "--format=%s", "rescued").split() == ["C", "B", "A"] and git("rev-parse", "main").strip() == \
+        listed["A"].commit
+    # A repository too big to copy is not: one error, the store left as it is
+    other = tmp_path / "big"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    (other / "f").write_text("f\n")
+    subprocess.run(["git", "-C", str(other), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(other), "commit", "-qm", "f"], check=True, env=env)
+    monkeypatch.setattr(kept_commits, "REPOSITORY_MAX", 10)
+    big = SnapshotStore(other, tmp_path / "state-big")
+    take(big, 0)
+    with pytest.raises(SnapshotError, match="not kept"):
+        kept_commits.keep(big)
+    assert kept_commits.kept(big) == []

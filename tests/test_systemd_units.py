@@ -328,11 +328,13 @@ def test_two_instances_of_the_template_run_side_by_side_and_ls_reads_both(
         rows = wait_for(both, timeout=30, what="both instances in ls")
         assert sorted(r["workspace"] for r in rows) == [str(w) for w in workspaces]
         assert sorted(r["name"] for r in rows) == ["alpha", "beta-2"]
-        assert len(list((runtime / "ralph-supervise").iterdir())) == 2
+        assert len(list((runtime / "ralph-supervise").glob("*.json"))) == 2  # the registry's entries
+        assert len(list((runtime / "ralph-supervise" / "runs").iterdir())) == 2  # each run's shims
         for proc in procs:
             proc.send_signal(signals.SIGTERM)  # systemctl --user stop (KillMode=mixed: the supervisor first)
         assert [proc.wait(timeout=30) for proc in procs] == [143, 143]  # in SuccessExitStatus
-        assert list((runtime / "ralph-supervise").iterdir()) == []
+        assert list((runtime / "ralph-supervise").glob("*.json")) == []
+        assert list((runtime / "ralph-supervise" / "runs").iterdir()) == []
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -28,6 +28,7 @@ from hypothesis import given, settings, strategies as st
 
 from ralph_supervisor import control
 from ralph_supervisor.terminal import ScreenModes, Outlet
+from tests.helpers import state_dir_of
 from tests.helpers.debian import installed
 from tests.helpers.supervise import REPO, events, wait_for
 
@@ -362,7 +363,7 @@ def supervisor_on_a_pty(workspace: Path, errors: Path, *flags: str, rate: float 
 @pytest.mark.slow
 def test_a_terminal_that_stops_reading_holds_up_nothing_and_is_put_back_when_the_tree_is_paused(
         tmp_path: Path, workspace: Path) -> None:
-    state = workspace / ".ralph-supervise"
+    state = state_dir_of(workspace)
     with supervisor_on_a_pty(workspace, tmp_path / "stderr.log", "--no-progress", "3", "--on-open", "pause",
                              tree_changes_the_terminal=True) as (proc, reader, slave):
         found = termios.tcgetattr(slave)
@@ -400,7 +401,7 @@ def test_a_terminal_that_stops_reading_holds_up_nothing_and_is_put_back_when_the
 @pytest.mark.slow
 def test_a_terminal_read_at_one_kilobyte_a_second_slows_nothing_and_the_count_adds_up(
         tmp_path: Path, workspace: Path) -> None:
-    state = workspace / ".ralph-supervise"
+    state = state_dir_of(workspace)
     with supervisor_on_a_pty(workspace, tmp_path / "stderr.log", rate=1000, LAST="4") as (proc, reader, _):
         wait_for(lambda: (state / "control.sock").exists(), what="the control socket")
         assert control.request(state, "status", timeout=10)["supervisor"]["running"]
@@ -459,7 +460,7 @@ def process_state(pid: int) -> str:
 @pytest.mark.slow
 def test_in_the_background_of_a_tostop_terminal_it_supervises_on_and_echoes_again_in_the_foreground(
         tmp_path: Path, workspace: Path) -> None:
-    state = workspace / ".ralph-supervise"
+    state = state_dir_of(workspace)
     (tmp_path / "ticks.py").write_text(TICKS)
     shell = Shell(supervisor_env(PS1="$ ", HISTFILE="/dev/null"))
     supervisor = None
@@ -530,7 +531,7 @@ room for a loaded machine and is still far below the 10 s a request would wait o
 @pytest.mark.timeout(900)  # time for `apt-get install tmux` where it is missing
 def test_ctrl_s_in_a_tmux_pane_holds_up_nothing_and_ctrl_q_shows_our_lines_that_were_due(tmp_path: Path, workspace: Path) -> None:
     tmux = tmux_binary()
-    state = workspace / ".ralph-supervise"
+    state = state_dir_of(workspace)
     socket_path = tmp_path / "tmux.sock"
 
     def run_tmux(*args: str) -> str:

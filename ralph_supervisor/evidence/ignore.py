@@ -23,7 +23,7 @@ BUILTIN_IGNORED_NAMES: frozenset[str] = frozenset(
     {
         ".git",  # git internals: commits are read from HEAD and refs directly, never from events
         ".ralph",  # the Ralph loop's own bookkeeping
-        ".ralph-supervise",  # our default state folder (also ignored by its real path, see state_prefix)
+        ".ralph-supervise",  # the state folder earlier versions kept here (a --state-dir inside: state_prefix)
         "node_modules",
         ".venv",
         "venv",

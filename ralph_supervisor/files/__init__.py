@@ -1,4 +1,4 @@
-"""The state folder (`DIR/.ralph-supervise/` by default): one module owns each file in it.
+"""The state folder (outside the workspace by default, see `state_folder.py`): one module owns each file in it.
 
 Each module alone knows its file's name and format; it reads the file (a missing file is no error, a
 corrupt one is moved aside with `store.move_aside` and reported in one line), writes it (atomically, or

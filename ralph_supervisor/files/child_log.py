@@ -22,4 +22,4 @@ def path(state_dir: Path) -> Path:
 def open_log(state_dir: Path, max_bytes: int, total_bytes: int,
              on_error: Callable[[OSError], None] | None = None) -> RotatingFile:
     """The appender the tap writes every byte to (a full disk costs bytes, counted, never supervision)."""
-    return RotatingFile(path(state_dir), max_bytes, total_bytes, on_error=on_error)
+    return RotatingFile(path(state_dir), max_bytes, total_bytes, on_error=on_error, mode=0o600)

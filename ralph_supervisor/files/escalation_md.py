@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ralph_supervisor import store
+from ralph_supervisor import masking, store
 
 NAME = "escalation.md"
 
@@ -18,4 +18,4 @@ def path(state_dir: Path) -> Path:
 
 def write(state_dir: Path, text: str) -> None:
     """Replace the summary atomically (a reader never sees half of one). Raises OSError."""
-    store.atomic_write_text(path(state_dir), text)
+    store.atomic_write_text(path(state_dir), masking.mask(text))  # it quotes the agent: no credentials

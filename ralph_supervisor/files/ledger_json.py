@@ -1,6 +1,6 @@
 """`ledger.json`: the loop-context ledger the supervisor writes itself, one attempt per observed iteration.
 
-So `ralph-supervise check -f .ralph-supervise/ledger.json`, or loop-context itself, can judge a live loop.
+So `ralph-supervise check -f STATE_DIR/ledger.json`, or loop-context itself, can judge a live loop.
 Bounded: the last `MAX_ATTEMPTS` attempts are kept (the rules judge the recent tail), across runs.
 
     >>> ledger = Ledger(Path("/tmp/ralph-example/.ralph-supervise"), goal="supervised: ./ralph_loop.sh")

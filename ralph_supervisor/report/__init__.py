@@ -28,6 +28,9 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import masking
+from ralph_supervisor.masking import Masker
+
 from ralph_supervisor import store
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.records import Warnings
@@ -97,9 +100,14 @@ def to_json(account: Account) -> dict[str, Any]:
     return data
 
 
+def _masked(account: Account, text: str) -> str:
+    """The report shows what the agent printed: credentials in it are masked (masking.py)."""
+    return Masker.for_workspace(account.workspace).mask(text) if account.workspace else masking.mask(text)
+
+
 def write_html(account: Account, path: Path) -> int:
     """Write the HTML report atomically (a reader never sees half of it); returns its size in bytes."""
-    data = render_html(account).encode("utf-8")
+    data = _masked(account, render_html(account)).encode("utf-8")
     store.atomic_write_bytes(path, data)
     return len(data)
 
@@ -108,7 +116,8 @@ def write_report(state_dir: Path) -> Path:
     """`state_dir/report.html` from what the folder holds now (its latest run)."""
     path = state_dir / REPORT_FILE
     account = collect(state_dir)
-    store.atomic_write_bytes(path, render_html(dataclasses.replace(account, report_html=str(path))).encode("utf-8"))
+    text = render_html(dataclasses.replace(account, report_html=str(path)))
+    store.atomic_write_bytes(path, _masked(account, text).encode("utf-8"))
     return path
 
 
@@ -226,7 +235,7 @@ def main(state_dir: Path, *, html: Path | None = None, as_json: bool = False, si
     for warning in account.warnings:
         print(f"ralph-supervise report: warning: {warning}", file=sys.stderr)
     if as_json:
-        print(json.dumps(to_json(account), indent=2, ensure_ascii=False, default=str))
+        print(_masked(account, json.dumps(to_json(account), indent=2, ensure_ascii=False, default=str)))
     else:
-        sys.stdout.write(render_markdown(account))
+        sys.stdout.write(_masked(account, render_markdown(account)))
     return 0

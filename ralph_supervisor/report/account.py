@@ -811,7 +811,8 @@ def what_next(verdict: Verdict, state: Mapping[str, Any] | None, rows: Sequence[
             f"- `ralph-supervise run -w {w} -- <your loop command>` starts another run."]
     if verdict.status == "finished":
         return None, [f"- Why the loop exited with code {verdict.code} by itself: read the last iterations above "
-                      f"and the end of `{w}/.ralph-supervise/child.log`; then start it again or stop here."], [
+                      f"and the end of the loop's output (`child.log` in the state folder, which "
+                      f"`ralph-supervise status -w {w}` names); then start it again or stop here."], [
             f"- `ralph-supervise run -w {w} -- <your loop command>` starts it again."]
     if verdict.status == "ended":
         return None, ["- The supervisor ended without its stop record (killed, or the machine went down): "

@@ -41,3 +41,14 @@ def held(content: bytes) -> bytes:
 
 
 __all__ = ["EXAMPLES", "REPO", "held", "wait_for"]
+
+
+def state_dir_of(workspace: Path) -> Path:
+    """Where a workspace's state folder is by default, written out from the spec (docs/reference.md section 2),
+    not taken from the code: `$XDG_STATE_HOME/ralph-supervise/workspaces/NAME-HASH`, HASH the first 12 hex
+    digits of the SHA-256 of the workspace's real path (the tests' folder names need no escaping)."""
+    import os
+
+    real = os.path.realpath(workspace)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:12]
+    return Path(os.environ["XDG_STATE_HOME"]) / "ralph-supervise" / "workspaces" / f"{Path(real).name}-{digest}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers import wait_for
+from tests.helpers import wait_for, state_dir_of
 from tests.helpers.fault_procs import MARK_VAR, json_lines, kill_marked, loop_tree, marked, new_mark
 from tests.helpers.supervise import events, start
 
@@ -31,7 +31,7 @@ class Run:
     def __init__(self, workspace: Path, state_dir: Path | None = None, *, marks: Path | None = None) -> None:
         self.workspace = workspace
         self.workspace.mkdir(parents=True, exist_ok=True)
-        self.state_dir = state_dir or workspace / ".ralph-supervise"
+        self.state_dir = state_dir or state_dir_of(workspace)
         self.marks = marks
         if marks is not None:
             marks.mkdir(parents=True, exist_ok=True)
