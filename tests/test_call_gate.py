@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import state_dir_of
 from tests.helpers.supervise import events, history, run
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2", "--on-open", "stop", "--no-progress", "1000",
         "--paraphrase", "0")
-STATE = ".ralph-supervise"
 # Each call costs $0.01 and takes `AGENT_WORK` seconds.
 PAID_AGENT = r"""#!/bin/sh
 sleep "${AGENT_WORK:-0}"
@@ -32,9 +32,9 @@ def paid_agent(tmp_path: Path) -> Path:
 
 
 def spent_and_started(ws: Path) -> tuple[float, list[int], dict]:
-    state = json.loads((ws / STATE / "state.json").read_text())
-    started = [e["iteration"] for e in events(ws / STATE, "iteration_started")]
-    return state["cost_used"], started, history(ws / STATE)[-1]
+    state = json.loads((state_dir_of(ws) / "state.json").read_text())
+    started = [e["iteration"] for e in events(state_dir_of(ws), "iteration_started")]
+    return state["cost_used"], started, history(state_dir_of(ws))[-1]
 
 
 @pytest.mark.slow
@@ -49,7 +49,7 @@ def test_calls_of_milliseconds_in_a_tight_loop_never_overrun_the_dollar_budget(t
     assert opened["trigger"] == "cost-budget" and opened["iteration"] == 3
     assert started == [1, 2, 3], "the shims waited for each verdict: no call began before the open"
     assert spent == pytest.approx(0.03)
-    assert json.loads((ws / STATE / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.03)
+    assert json.loads((state_dir_of(ws) / "daily-spend.json").read_text())["cost_usd"] == pytest.approx(0.03)
 
 
 @pytest.mark.slow
@@ -64,4 +64,4 @@ def test_a_sampled_call_seen_before_the_verdict_is_frozen_until_it_then_refused(
     assert opened["trigger"] == "cost-budget" and opened["iteration"] == 3
     assert started == [1, 2, 3], started
     assert spent == pytest.approx(0.03)
-    assert events(ws / STATE, "agent_call_gated"), "the calls after the first were seen while a verdict was due"
+    assert events(state_dir_of(ws), "agent_call_gated"), "the calls after the first were seen while a verdict was due"

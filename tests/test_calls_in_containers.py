@@ -16,10 +16,10 @@ import pytest
 
 from ralph_supervisor.process.linux import read_stat
 from tests.helpers import REPO
+from tests.helpers import state_dir_of
 from tests.helpers.supervise import events, history, run, start, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2", "--no-progress", "2", "--paraphrase", "0")
-STATE = ".ralph-supervise"
 AGENT = r"""#!/bin/sh
 n=$(cat .ralph/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .ralph/count
 echo $$ > .ralph/agent.pid
@@ -66,12 +66,12 @@ def test_calls_in_a_container_are_iterations_with_the_files_their_agent_writes(t
               "claude -p go --output-format json; sleep 0.3; done")
     result = run(ws, *FAST, "--", "bash", "-c", script, env=engine, timeout=90)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    done = events(ws / STATE, "iteration_finished")
+    done = events(state_dir_of(ws), "iteration_finished")
     assert [e["iteration"] for e in done] == [1, 2, 3]
     assert [e["paths"] for e in done] == [["step_1.txt"], ["step_2.txt"], ["step_3.txt"]]
     assert [e["reply"] for e in done] == ["did step 1", "did step 2", "did step 3"]
     assert all(e["agent"] == "claude" for e in done)
-    assert history(ws / STATE) == []
+    assert history(state_dir_of(ws)) == []
 
 
 @pytest.mark.slow
@@ -83,7 +83,7 @@ def test_a_pause_resume_and_stop_reach_the_container_through_its_engine(tmp_path
     proc = start(ws, *FAST, "--no-progress", "100", "--", "bash", "-c", script, env=env)
     agent_pid = ws / ".ralph" / "agent.pid"
     try:
-        wait_for(lambda: agent_pid.exists() and events(ws / STATE, "iteration_started"), timeout=30, what="a call")
+        wait_for(lambda: agent_pid.exists() and events(state_dir_of(ws), "iteration_started"), timeout=30, what="a call")
         agent = int(agent_pid.read_text())
         assert run(ws, "pause", "-w", str(ws)).returncode == 0
         wait_for(lambda: (s := read_stat(agent)) is not None and s.state in ("T", "t"), timeout=10,
@@ -98,9 +98,9 @@ def test_a_pause_resume_and_stop_reach_the_container_through_its_engine(tmp_path
             proc.kill()
             proc.wait()
     wait_for(lambda: (s := read_stat(agent)) is None or not s.alive, timeout=10, what="the agent gone with the stop")
-    actions = [e["action"] for e in events(ws / STATE, "container_action")]
+    actions = [e["action"] for e in events(state_dir_of(ws), "container_action")]
     assert actions[:2] == ["pause", "unpause"] and "term" in actions[2:], actions
-    assert events(ws / STATE, "tree_stopped")[-1]["survivors"] == 0
+    assert events(state_dir_of(ws), "tree_stopped")[-1]["survivors"] == 0
 
 
 @pytest.mark.slow
@@ -109,5 +109,5 @@ def test_a_container_call_that_cannot_be_named_is_observed_and_said_to_be_uncont
     script = "docker run --rm -w \"$PWD\" agent-image:1 claude -p go --output-format json"
     result = run(ws, *FAST, "--", "bash", "-c", script, env=engine, timeout=60)
     assert result.returncode == 0
-    assert [e["paths"] for e in events(ws / STATE, "iteration_finished")] == [["step_1.txt"]]
-    assert len(events(ws / STATE, "container_call_uncontrolled")) == 1
+    assert [e["paths"] for e in events(state_dir_of(ws), "iteration_finished")] == [["step_1.txt"]]
+    assert len(events(state_dir_of(ws), "container_call_uncontrolled")) == 1

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import state_dir_of
 from tests.helpers.supervise import events, history, run
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
-STATE = ".ralph-supervise"
 
 # A call that writes a new file at its very first instant, then works a while, then answers in JSON.
 EARLY_WRITER = r"""#!/bin/sh
@@ -73,13 +73,13 @@ def package(tmp_path: Path) -> Path:
 
 def assert_each_call_got_its_own_file(ws: Path, calls: int, result) -> None:
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    done = events(ws / STATE, "iteration_finished")
+    done = events(state_dir_of(ws), "iteration_finished")
     assert [e["iteration"] for e in done] == list(range(1, calls + 1))
     assert [e["files_changed"] for e in done] == [1] * calls, [(e["iteration"], e["paths"]) for e in done]
     assert [e["paths"] for e in done] == [[f"step_{n}.txt"] for n in range(1, calls + 1)]
     assert all(e["agent"] == "claude" and e["tokens"] == 2 for e in done)
-    assert events(ws / STATE, "changed_between_calls") == []
-    assert [h for h in history(ws / STATE) if h["to"] == "OPEN"] == []
+    assert events(state_dir_of(ws), "changed_between_calls") == []
+    assert [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"] == []
 
 
 @pytest.mark.slow
@@ -115,7 +115,7 @@ def test_a_loop_calling_its_agent_through_a_package_runner_counts_one_call_per_r
     result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--", "bash", "-c", script,
                  env={"AGENT_WORK": "0.8", "PKGS": str(root)}, timeout=90)
     assert_each_call_got_its_own_file(ws, 3, result)
-    assert events(ws / STATE, "agent_call_parallel") == [], "the runner and the script it starts are one call"
+    assert events(state_dir_of(ws), "agent_call_parallel") == [], "the runner and the script it starts are one call"
 
 
 @pytest.mark.slow
@@ -127,7 +127,7 @@ def test_a_stuck_loop_calling_its_agent_by_absolute_path_is_still_caught(tmp_pat
     result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--on-open", "stop", "--", "bash", "-c",
                  script, env={"AGENT_WORK": "0.5"}, timeout=90)
     assert result.returncode == 2
-    opened = [h for h in history(ws / STATE) if h["to"] == "OPEN"][0]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"][0]
     assert (opened["trigger"], opened["iteration"]) == ("no-progress", 2)
 
 
@@ -157,7 +157,7 @@ def test_a_stop_lets_the_loop_record_its_interruption_while_its_call_in_its_own_
     proc = start(ws, *FAST, "--grace", "3", "--", "bash", "-c", script, env={"LOG": str(log_file)})
     try:
         wait_for(lambda: log_file.exists() and "agent start" in log_file.read_text(), timeout=30, what="the call")
-        wait_for(lambda: events(ws / STATE, "iteration_started"), timeout=30, what="the call seen")
+        wait_for(lambda: events(state_dir_of(ws), "iteration_started"), timeout=30, what="the call seen")
         assert run(ws, "stop", "-w", str(ws)).returncode == 0
         assert proc.wait(timeout=30) == 0
     finally:
@@ -169,7 +169,7 @@ def test_a_stop_lets_the_loop_record_its_interruption_while_its_call_in_its_own_
     assert set(times) == {"loop", "agent"}, lines
     assert times["agent"] - times["loop"] >= 1.0, "the call got TERM only at half the grace"
     assert (ws / "status").read_text().startswith("interrupted"), "the loop recorded its interruption first"
-    stopped = events(ws / STATE, "tree_stopped")[-1]
+    stopped = events(state_dir_of(ws), "tree_stopped")[-1]
     assert stopped["survivors"] == 0
 
 
@@ -191,8 +191,8 @@ def test_calls_too_short_to_sample_are_cut_from_their_replies_each_with_its_file
     result = run(ws, *FAST, "--no-progress", "2", "--paraphrase", "0", "--output-decline", "0", "--", "bash", "-c",
                  script, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
-    done = events(ws / STATE, "iteration_finished")
+    done = events(state_dir_of(ws), "iteration_finished")
     assert [e["iteration"] for e in done] == list(range(1, calls + 1))
     assert [e["paths"] for e in done] == [[f"step_{n}.txt"] for n in range(1, calls + 1)]
     assert [e["reply"] for e in done] == [f"did step {n}" for n in range(1, calls + 1)]
-    assert [h for h in history(ws / STATE) if h["to"] == "OPEN"] == []
+    assert [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"] == []

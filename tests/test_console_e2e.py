@@ -11,6 +11,7 @@ import pytest
 from rich.cells import cell_len
 
 from ralph_supervisor.console import WIDTH
+from tests.helpers import state_dir_of
 from tests.helpers.supervise import LOOP, events, history, loop_env, run
 
 pytestmark = pytest.mark.slow
@@ -27,7 +28,7 @@ def test_a_stuck_loop_reads_as_one_line_per_iteration_an_open_line_and_the_end(t
     assert result.returncode == 2, result.stderr.decode(errors="replace")[-2000:]
     text = result.stderr.decode("utf-8")
     lines = text.splitlines()
-    state_dir = workspace / ".ralph-supervise"
+    state_dir = state_dir_of(workspace)
 
     assert "\x1b[" not in text  # a pipe gets no colour
     assert "iteration_finished" not in text and "files_changed=" not in text  # no key=value dumps

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import state_dir_of
 from tests.helpers.supervise import LOOP, events, loop_env, run, wait_for
 from tests.test_terminal import supervisor_env, tmux_binary
 
@@ -27,7 +28,7 @@ def test_in_a_tmux_pane_the_countdown_moves_in_place_and_leaves_no_debris(tmp_pa
     tmux = tmux_binary()
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    state = workspace / ".ralph-supervise"
+    state = state_dir_of(workspace)
     socket_path = tmp_path / "tmux.sock"
     env = supervisor_env(**loop_env("usage-limit", **WAIT_ENV))
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import state_dir_of
 from tests.helpers.fault_procs import cli, status
 from tests.helpers.supervise import LOOP, events, history, run, start, wait_for
 
@@ -92,7 +93,7 @@ def test_an_agent_that_fixes_tests_one_by_one_is_verified_as_progress_and_never_
     }
     env = loop_env(calls(tmp_path, scripts), 3)
     done = run(ws, *FAST, "--verify", PYTEST, "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     lines = verifies(state)
     assert lines[0]["iteration"] == 0 and (lines[0]["passed"], lines[0]["failed"]) == (0, 3), lines
@@ -126,7 +127,7 @@ def test_two_working_tests_broken_for_two_verified_iterations_open_as_a_regressi
     }
     env = loop_env(calls(tmp_path, scripts), 6)
     done = run(ws, *FAST, "--verify", PYTEST, "--on-open", "stop", "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 2, done.stderr.decode()[-3000:]
     opens = [row for row in history(state) if row["to"] == "OPEN"]
     assert [row["trigger"] for row in opens] == ["regression"], opens
@@ -144,7 +145,7 @@ def test_skipping_the_failing_tests_and_saying_all_pass_is_tampering_and_false_c
     skip += replace_in("test_calc.py", "def test_mul", "@pytest.mark.skip(reason='flaky')\ndef test_mul")
     env = loop_env(calls(tmp_path, {1: skip}, done=(1,)), 100)  # the loop runs on until the breaker pauses it
     proc = start(ws, *FAST, "--verify", PYTEST, "--", str(LOOP), env=env)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     try:
         wait_for(lambda: any(r["to"] == "OPEN" for r in history(state)), timeout=90)
         opens = [row for row in history(state) if row["to"] == "OPEN"]
@@ -186,7 +187,7 @@ def test_deleting_failing_tests_or_deselecting_them_is_tampering(tmp_path: Path,
     (ws / "pyproject.toml").write_text(PYPROJECT)
     env = loop_env(calls(tmp_path, {1: script}), 100)
     done = run(ws, *FAST, "--verify", PYTEST, "--on-open", "stop", "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 2, done.stderr.decode()[-3000:]
     opens = [row for row in history(state) if row["to"] == "OPEN"]
     assert [row["trigger"] for row in opens] == ["tampering"], opens
@@ -200,7 +201,7 @@ def test_a_verify_is_never_frozen_by_a_pause_of_the_tree(tmp_path: Path) -> None
     slow = f"while [ ! -e {gate} ]; do sleep 0.05; done; {PYTEST}"
     env = loop_env(calls(tmp_path, {}), 100)
     proc = start(ws, *FAST, "--verify", slow, "--", str(LOOP), env=env)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     try:
         wait_for(lambda: bool(events(state, "verify_started")), timeout=60)
         paused = cli(ws, "pause")
@@ -221,7 +222,7 @@ def test_an_agent_that_only_touches_comments_makes_no_verified_progress_when_tha
     env = loop_env(calls(tmp_path, touch), 19)
     done = run(ws, *FAST, "--verify", PYTEST, "--no-verified-progress", "2", "--on-open", "stop", "--", str(LOOP),
                env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 2, done.stderr.decode()[-3000:]
     opens = [row for row in history(state) if row["to"] == "OPEN"]
     assert [row["trigger"] for row in opens] == ["no-progress"], opens
@@ -248,7 +249,7 @@ def test_a_node_project_verified_with_npm_test_catches_a_test_skipped_to_pass(tm
     skip = replace_in("calc.test.js", "test('subs', () =>", "test.skip('subs', () =>")
     env = loop_env(calls(tmp_path, {1: skip}, done=(1,)), 100)
     done = run(ws, *FAST, "--verify", "auto", "--on-open", "stop", "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 2, done.stderr.decode()[-3000:]
     picked = events(state, "verify_command")[0]
     assert picked["command"] == "npm test" and "package.json's test script is 'node --test'" in picked["source"]
@@ -264,7 +265,7 @@ def test_a_loop_that_ends_saying_done_while_its_tests_fail_exits_2_after_its_las
     fix_one = replace_in("calc.py", "def add(a, b):\n    return None", "def add(a, b):\n    return a + b")
     env = loop_env(calls(tmp_path, {1: fix_one}, done=(1,)), 1)  # one call, then the loop exits 0 by itself
     done = run(ws, *FAST, "--verify", PYTEST, "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 2, done.stderr.decode()[-3000:]
     exited = events(state, "child_exited")
     assert exited and exited[0]["code"] == 0
@@ -281,7 +282,7 @@ def test_a_hanging_verify_is_ended_at_its_timeout_as_unverified_and_never_trips(
     env = loop_env(calls(tmp_path, {1: "echo 'X = 1' > x.py\n"}), 1)
     began = time.monotonic()
     done = run(ws, *FAST, "--verify", hang, "--verify-timeout", "2", "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     lines = verifies(state)
     assert lines and all("did not finish in 2 s" in line["unverified"] for line in lines), lines
@@ -295,7 +296,7 @@ def test_a_verify_that_forks_a_daemon_is_named_and_leaves_nothing_behind(tmp_pat
     daemon = f"setsid sh -c 'sleep 300' > /dev/null 2>&1 < /dev/null & {PYTEST}"
     env = loop_env(calls(tmp_path, {1: "echo 'X = 1' > x.py\n"}), 1)
     done = run(ws, *FAST, "--verify", daemon, "--", str(LOOP), env=env, timeout=120)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     left = events(state, "verify_left_processes")
     assert left and any(p.startswith("sleep (") for p in left[0]["processes"]), left
@@ -308,7 +309,7 @@ def test_a_stop_during_a_verify_ends_it_and_its_whole_tree(tmp_path: Path) -> No
     slow = f"{sys.executable} -c 'import subprocess, time; subprocess.Popen([\"sleep\", \"300\"]); time.sleep(300)'"
     env = loop_env(calls(tmp_path, {}), 100)
     proc = start(ws, *FAST, "--verify", slow, "--", str(LOOP), env=env)
-    state = ws / ".ralph-supervise"
+    state = state_dir_of(ws)
     try:
         wait_for(lambda: bool(events(state, "verify_started")), timeout=60)
         time.sleep(0.5)

@@ -64,7 +64,7 @@ def test_the_end_of_a_run_says_how_many_bytes_the_error_filter_scanned_and_dropp
     result = run(tmp_path, *NO_BREAKER, "--", sys.executable, "-c",
                  "import sys; sys.stdout.write('x' * 99 + '\\n' + 'Error: y\\n' * 1000)")
     assert result.returncode == 0
-    [analysed] = events(tmp_path / ".ralph-supervise", "output_analysed")
+    [analysed] = events(state_dir_of(tmp_path), "output_analysed")
     assert analysed["bytes_read"] == 100 + 9 * 1000
     assert analysed["bytes_scanned"] == analysed["bytes_read"] and analysed["analysis_dropped_bytes"] == 0
     assert analysed["cut_lines"] == 0

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import state_dir_of
 from tests.helpers.serve import frozen, start_serve, tree_pids
 from tests.helpers.supervise import LOOP, events, loop_env, start, wait_for
 
@@ -52,7 +53,7 @@ def supervise(workspace: Path, scenario: str = "progress", *extra: str, command:
 
 
 def child_pid(workspace: Path) -> int:
-    started = wait_for(lambda: events(workspace / ".ralph-supervise", "child_started"), what="the loop to start")
+    started = wait_for(lambda: events(state_dir_of(workspace), "child_started"), what="the loop to start")
     return int(started[-1]["pid"])
 
 

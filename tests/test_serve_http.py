@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ralph_supervisor import registry
+from tests.helpers import state_dir_of
 from tests.helpers.serve import (
     Serve,
     frozen,
@@ -102,7 +103,7 @@ def test_only_the_signed_in_page_gets_in_and_what_is_refused_changes_nothing(tmp
     sup = supervise(workspace)
     serve = start_serve(tmp_path / "home")
     try:
-        state_dir = workspace / ".ralph-supervise"
+        state_dir = state_dir_of(workspace)
         pid = child_pid(state_dir)
         port = serve.port
         assert http(port, "GET", "/api/loops").status == 401                       # no cookie
@@ -299,13 +300,13 @@ def test_the_streams_show_an_open_a_new_loop_and_a_loop_that_ends_without_a_relo
         listing = Stream(serve.port, "/api/stream", cookie)
         _kind, row, seen_at = page.until(lambda k, d: k == "row" and d["state"] == "OPEN", "breaker open", 90)
         assert row["trigger"] == "no-progress"
-        opened = [e for e in events(tmp_path / "stuck" / ".ralph-supervise", "breaker_transition") if e["to"] == "OPEN"]
+        opened = [e for e in events(state_dir_of(tmp_path / "stuck"), "breaker_transition") if e["to"] == "OPEN"]
         from ralph_supervisor.values import parse_time
 
         latency = seen_at - (parse_time(opened[0]["ts"]) or 0)
         print(f"breaker open to the page's stream: {latency * 1000:.0f} ms")
         assert 0 <= latency < 3.0, latency  # target under 1 s (docs/benchmarks.md); the poll is every 0.25 s
-        wait_for(lambda: (tmp_path / "stuck" / ".ralph-supervise" / "report.html").exists(), what="report.html")
+        wait_for(lambda: (state_dir_of(tmp_path / "stuck") / "report.html").exists(), what="report.html")
         report = http(serve.port, "GET", f"/loop/{loop_id}/report.html", cookie=cookie)
         assert report.status == 200 and report.headers["content-security-policy"].startswith("sandbox allow-scripts;")
         escalation = http(serve.port, "GET", f"/loop/{loop_id}/escalation.md", cookie=cookie)

@@ -19,7 +19,7 @@ from ralph_supervisor.report import collect
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.markdown import iterations_line, why
 from ralph_supervisor.report.sources import read_records
-from ralph_supervisor.settings import STATE_DIR_NAME
+from ralph_supervisor.state_folder import is_default
 from ralph_supervisor.spend import dollars, share
 
 LABEL = 12
@@ -29,7 +29,7 @@ LABEL = 12
 def _where(account: Account) -> list[str]:
     """`-w DIR` (and `--state-dir DIR` when it is not the default), as `reset` needs them."""
     flags = ["-w", account.workspace]
-    if account.state_dir and Path(account.state_dir) != Path(account.workspace) / STATE_DIR_NAME:
+    if account.state_dir and not is_default(Path(account.workspace), Path(account.state_dir)):
         flags += ["--state-dir", account.state_dir]
     return flags
 
