@@ -9,8 +9,12 @@ breaker). So each run gets a folder of its own in the user's runtime directory:
                                                           the registry's entries are beside `runs/`)
     /tmp/ralph-supervise-UID/run-PID-TICKS/               (where there is none: a private 0700 folder)
 
-removed when the supervisor exits. PID and TICKS (its start time since boot) name the supervisor, so a
-run that was killed with SIGKILL leaves a folder the next run recognises as dead and removes.
+removed when the supervisor exits. The run holds an flock on the folder's `.lock` as long as it lives, so a
+run that was killed with SIGKILL leaves a folder the next run recognises as dead (its lock is free) and
+removes. The lock, not the PID in the name, is what tells: a supervisor in another PID namespace (a
+container sharing /tmp, a test under `unshare --pid`) cannot see the others' PIDs, but the kernel's locks
+are one for all. A folder without a lock (being made this instant, or from an older version) is removed
+only when it is older than a minute and its PID and TICKS name no live process.
 
     folder = RunFolder.create()
     ...
@@ -19,9 +23,11 @@ run that was killed with SIGKILL leaves a folder the next run recognises as dead
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,37 +72,67 @@ def _private_dir(path: Path) -> None:
             raise RunFolderError(f"cannot make {path} private: {exc.strerror or exc}") from None
 
 
-def _is_dead(name: str) -> bool:
-    """A `run-PID-TICKS` folder whose supervisor is gone (its pid is free, or names a later process)."""
+LOCK = ".lock"
+UNLOCKED_GRACE_SECONDS = 60.0
+
+
+def _is_dead(folder: Path, now: float) -> bool:
+    """A `run-PID-TICKS` folder whose supervisor is gone: its lock is free (or, with no lock, it is old and
+    its PID and TICKS name no live process)."""
     try:
-        pid_text, ticks_text = name[len(PREFIX):].split("-", 1)
-        pid, ticks = int(pid_text), int(ticks_text)
-    except ValueError:
-        return False  # not one of ours: leave it
-    return start_ticks(pid) != ticks
+        fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        try:
+            pid_text, ticks_text = folder.name[len(PREFIX):].split("-", 1)
+            pid, ticks = int(pid_text), int(ticks_text)
+            old = now - os.lstat(folder).st_mtime > UNLOCKED_GRACE_SECONDS
+        except (ValueError, OSError):
+            return False  # not one of ours, or gone: leave it
+        return old and start_ticks(pid) != ticks
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its supervisor lives
+    finally:
+        os.close(fd)
+    return True
 
 
 @dataclass(frozen=True)
 class RunFolder:
-    """This run's private folder."""
+    """This run's private folder (and the lock that says it is alive)."""
 
     path: Path
+    lock_fd: int = -1
 
     @classmethod
     def create(cls, env: Mapping[str, str] | None = None) -> RunFolder:
         base = runtime_base(env)
         _private_dir(base)
+        now = time.time()
         for name in _names(base):  # what runs killed with SIGKILL left behind
-            if name.startswith(PREFIX) and _is_dead(name):
+            if name.startswith(PREFIX) and _is_dead(base / name, now):
                 shutil.rmtree(base / name, ignore_errors=True)
         pid = os.getpid()
         path = base / f"{PREFIX}{pid}-{start_ticks(pid) or 0}"
         shutil.rmtree(path, ignore_errors=True)
         _private_dir(path)
-        return cls(path)
+        try:
+            fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise RunFolderError(f"cannot lock {path / LOCK}: {exc.strerror or exc}") from None
+        return cls(path, fd)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self.lock_fd >= 0:
+            try:
+                os.close(self.lock_fd)
+            except OSError:
+                pass
 
 
 def _names(base: Path) -> list[str]:

@@ -177,6 +177,22 @@ def start(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] |
     return proc
 
 
+def supervisor_cpu_percent(proc: subprocess.Popen[bytes], seconds: float, settle: float = 3.0,
+                           who: str = "bench") -> float:
+    """The supervisor's CPU (percent of one core) over `seconds` after `settle` seconds of start-up; then it is
+    stopped. Exits the benchmark when the supervisor ended during the measurement."""
+    try:
+        time.sleep(settle)
+        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+    finally:
+        stop_supervisor(proc)
+    if cpu0 is None or cpu1 is None:
+        raise SystemExit(f"{who}: the supervisor ended during the CPU measurement")
+    return (cpu1 - cpu0) / (t1 - t0) * 100
+
+
 def stop_supervisor(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int | None:
     """SIGTERM (the supervisor stops its whole tree), then SIGKILL if it does not exit."""
     if proc.poll() is None:

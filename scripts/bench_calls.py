@@ -123,16 +123,7 @@ def shim_cost(runs: int) -> dict[str, float]:
 def cpu_at_ten_calls_a_second(seconds: float, sampled: bool) -> float:
     ws, bin_dir = setup("cpu-sampled" if sampled else "cpu-shim")
     proc = supervise(ws, bin_dir, loop(bin_dir, "while :; do claude -p go; sleep 0.1; done", sampled), seconds)
-    try:
-        time.sleep(3)  # start-up settles
-        cpu0, t0 = kit.cpu_seconds(proc.pid), time.monotonic()
-        time.sleep(seconds)
-        cpu1, t1 = kit.cpu_seconds(proc.pid), time.monotonic()
-    finally:
-        kit.stop_supervisor(proc)
-    if cpu0 is None or cpu1 is None:
-        raise SystemExit("bench_calls: the supervisor ended during the CPU measurement")
-    return (cpu1 - cpu0) / (t1 - t0) * 100
+    return kit.supervisor_cpu_percent(proc, seconds, who="bench_calls")
 
 
 # ---------------------------------------------------------------------------------------------- 4. missed calls

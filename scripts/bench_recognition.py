@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -97,16 +96,7 @@ def credited(source: Path, calls: int) -> tuple[int, int]:
 def cpu(source: Path, script: str, seconds: float, **env: str) -> float:
     ws, tools = setup("cpu")
     proc = supervise(source, ws, script.format(tools=tools), **env)
-    try:
-        time.sleep(3)
-        cpu0, t0 = kit.cpu_seconds(proc.pid), time.monotonic()
-        time.sleep(seconds)
-        cpu1, t1 = kit.cpu_seconds(proc.pid), time.monotonic()
-    finally:
-        kit.stop_supervisor(proc)
-    if cpu0 is None or cpu1 is None:
-        raise SystemExit("bench_recognition: the supervisor ended during the CPU measurement")
-    return (cpu1 - cpu0) / (t1 - t0) * 100
+    return kit.supervisor_cpu_percent(proc, seconds, who="bench_recognition")
 
 
 def spread(values: list[float]) -> str:

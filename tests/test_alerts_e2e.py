@@ -182,7 +182,7 @@ def running_fleet(tmp: Path) -> Iterator[Fleet]:
         poll_until(f, lambda: f.firing("RalphFinalStop", name="stuck"), 90, "final alert")
         poll_until(f, lambda: webhook_got(f, "RalphFinalStop", name="stuck"), 30, "final at webhook")
         poll_until(f, lambda: f.stuck_code is not None, 30, "stuck exited")
-        raw = query(prometheus, f'ralph_supervise_breaker_final{{name="stuck"}}[10m]')
+        raw = query(prometheus, 'ralph_supervise_breaker_final{name="stuck"}[10m]')
         f.last_stuck_scrape = float(raw[0]["values"][-1][0])
         poll_until(f, lambda: f.firing("RalphSupervisorDown", instance=stuck.instance), 30, "stuck down")
         # SIGKILL the working loop's supervisor: nothing stops its tree, so end what is left of it afterwards.

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -183,14 +182,34 @@ def test_the_run_folder_is_private_and_a_dead_runs_folder_is_removed(tmp_path: P
     base = runtime_base(env)
     dead = base / "run-999999999-5"
     dead.mkdir(parents=True)
+    (dead / ".lock").write_text("")  # nobody holds it: its supervisor was killed
+    young = base / "run-999999998-5"
+    young.mkdir()  # no lock yet: a run being made this instant is left alone
     foreign = base / "something-else"
     foreign.mkdir()
     folder = RunFolder.create(env)
     assert folder.path.parent == base and oct(folder.path.stat().st_mode & 0o777) == "0o700"
-    assert not dead.exists() and foreign.exists()
+    assert not dead.exists() and foreign.exists() and young.exists()
     folder.remove()
     assert not folder.path.exists()
     assert runtime_base({"XDG_RUNTIME_DIR": "", "TMPDIR": str(tmp_path)}) == tmp_path / f"ralph-supervise-{os.getuid()}"
+
+
+def test_a_live_runs_folder_is_kept_whatever_its_name_says(tmp_path: Path) -> None:
+    """A supervisor in another PID namespace names its folder with a PID this one cannot see: its lock,
+    held while it lives, is what keeps the folder (a shared /tmp lost a running loop's shims this way)."""
+    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    (tmp_path / "run").mkdir()
+    other = RunFolder.create(env)
+    hidden = other.path.with_name("run-999999997-5")
+    other.path.rename(hidden)  # the lock stays held: its owner lives, under a PID we cannot see
+    mine = RunFolder.create(env)
+    try:
+        assert hidden.exists()
+    finally:
+        mine.remove()
+        other.remove()
+        shutil.rmtree(hidden, ignore_errors=True)
 
 
 def test_a_run_folder_that_is_a_symlink_is_refused(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
