@@ -88,6 +88,11 @@ class ShimDir:
         return self.root / "refuse"
 
     @property
+    def tick(self) -> Path:
+        """A FIFO nobody writes: a bash shim waits 10 ms with `read -t` on it (no `sleep` process to fork)."""
+        return self.root / "tick"
+
+    @property
     def pending(self) -> Path:
         """One file per call whose verdict is pending (named by its pid): the next shim waits for it to go."""
         return self.root / "pending"
@@ -150,6 +155,9 @@ def shim_script(name: str, shims: ShimDir, bash: str | None, supervisor_pid: int
     supervisor whose verdicts it waits for (0: none to wait for)."""
     q = shlex.quote
     steps = int(GATE_SECONDS / 0.01) if supervisor_pid else 0
+    # bash waits on a FIFO nobody writes (a builtin: no process to fork, which a frozen tree would keep as a
+    # zombie); sh has no `read -t`, so it forks a sleep
+    step = (f"read -r -t 0.01 _rs_w <>{q(str(shims.tick))} 2>/dev/null" if bash else "sleep 0.01 2>/dev/null || break")
     at = '"$EPOCHREALTIME"' if bash else "''"
     run = f'exec -a {q(name)} "$_rs_x" "$@"' if bash else 'exec "$_rs_x" "$@"'
     return f"""#!{bash + ' -p' if bash else '/bin/sh'}
@@ -166,7 +174,7 @@ esac
 _rs_busy() {{ for _rs_f in {q(str(shims.pending))}/*; do [ -e "$_rs_f" ] && [ ! -d "/proc/${{_rs_f##*/}}" ] && return 0; done; return 1; }}
 _rs_n=0
 while [ "$_rs_n" -lt {steps} ] && [ ! -e {q(str(shims.refuse_flag))} ] && [ -d /proc/{supervisor_pid} ] && _rs_busy; do
-sleep 0.01 2>/dev/null || break
+{step}
 _rs_n=$((_rs_n + 1))
 done
 if [ -e {q(str(shims.refuse_flag))} ]; then
@@ -218,6 +226,7 @@ def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = Tr
     shims.bin.mkdir(parents=True)
     shims.calls.mkdir()
     shims.pending.mkdir()
+    os.mkfifo(shims.tick, 0o600)
     owner = os.getpid() if supervisor_pid is None else supervisor_pid
     for name in shims.names:
         path = shims.bin / name

@@ -159,14 +159,17 @@ def wait_loops(serve: Serve, cookie: str, count: int, what: str = "", timeout: f
 
 
 def frozen(pids: list[int]) -> bool:
-    """Every one of these processes is stopped (state T in /proc/PID/stat); gone ones do not count."""
+    """Every one of these processes is stopped (state T in /proc/PID/stat); gone ones do not count, nor does a
+    zombie (it runs nothing: a child that exited just before its parent was frozen, not yet reaped)."""
     states = []
     for pid in pids:
         try:
             raw = Path(f"/proc/{pid}/stat").read_bytes()
         except OSError:
             continue
-        states.append(raw[raw.rindex(b")") + 2:].split()[0])
+        state = raw[raw.rindex(b")") + 2:].split()[0]
+        if state not in (b"Z", b"X"):
+            states.append(state)
     return bool(states) and all(s in (b"T", b"t") for s in states)
 
 
