@@ -196,3 +196,19 @@ def test_calls_too_short_to_sample_are_cut_from_their_replies_each_with_its_file
     assert [e["paths"] for e in done] == [[f"step_{n}.txt"] for n in range(1, calls + 1)]
     assert [e["reply"] for e in done] == [f"did step {n}" for n in range(1, calls + 1)]
     assert [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"] == []
+
+
+@pytest.mark.slow
+def test_a_crash_loop_started_by_absolute_path_trips_at_the_threshold(tmp_path: Path) -> None:
+    """An agent that fails in milliseconds (an error, exit 1) and prints no reply: the calls the sampler
+    catches alive are failed calls, and the same-error or consecutive-failures rule opens."""
+    ws = workspace(tmp_path)
+    claude = installed(tmp_path, "claude", "#!/bin/sh\nsleep 0.05\necho 'Error: Claude Code cannot be launched "
+                                           "inside another Claude Code session.' >&2\nexit 1\n")
+    script = f"while :; do {claude} -p go --output-format json; sleep 0.1; done"
+    result = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--", "bash", "-c", script, timeout=90)
+    assert result.returncode == 2, result.stderr.decode()[-2000:]
+    opened = [h for h in history(state_dir_of(ws)) if h["to"] == "OPEN"][0]
+    assert opened["trigger"] in ("same-error", "consecutive-failures"), opened
+    done = events(state_dir_of(ws), "iteration_finished")
+    assert done and all(e["failed"] for e in done if not e["cut_short"])
