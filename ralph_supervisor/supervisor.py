@@ -827,7 +827,7 @@ class Supervisor:
         if self.tracker.marker is None:
             if call is None or call.pid is None:
                 return None
-            watched = walk(stats, [call.pid], include_roots=True)
+            watched = walk(stats, [call.pid], include_roots=True) + self.calls.container_processes()
         else:
             watched = stats
         last_output = time.time() - (time.monotonic() - self.tap.counters.last_output_at)

@@ -24,6 +24,7 @@ AGENT = r"""#!/bin/sh
 n=$(cat .ralph/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .ralph/count
 echo $$ > .ralph/agent.pid
 echo "step $n" > "step_$n.txt"
+if [ -n "$AGENT_SPIN" ]; then end=$(($(date +%s) + AGENT_SPIN)); while [ "$(date +%s)" -lt "$end" ]; do :; done; fi
 sleep "${AGENT_WORK:-0.5}"
 echo '{"type":"result","subtype":"success","is_error":false,"result":"did step '$n'","usage":{"input_tokens":1,"output_tokens":1}}'
 """
@@ -111,3 +112,20 @@ def test_a_container_call_that_cannot_be_named_is_observed_and_said_to_be_uncont
     assert result.returncode == 0
     assert [e["paths"] for e in events(state_dir_of(ws), "iteration_finished")] == [["step_1.txt"]]
     assert len(events(state_dir_of(ws), "container_call_uncontrolled")) == 1
+
+
+@pytest.mark.slow
+def test_the_stall_rule_reads_the_cpu_of_the_calls_container_not_only_its_client(tmp_path: Path, engine) -> None:
+    """A containerised agent that works in silence (no output, no file after its first) is busy, not stalled: its CPU is read
+    from its container's processes, found through the engine. One that sleeps in silence is stalled."""
+    ws = workspace(tmp_path)
+    busy = 'docker run --rm --name busy -e AGENT_SPIN=5 -w "$PWD" agent-image:1 claude -p go --output-format json'
+
+    result = run(ws, *FAST, "--stall", "2", "--on-open", "stop", "--", "bash", "-c", busy, env=engine, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert history(state_dir_of(ws)) == [], "a container working in silence is not a stall"
+    ws2 = workspace(tmp_path / "second")
+    idle = 'docker run --rm --name idle -e AGENT_WORK=30 -w "$PWD" agent-image:1 claude -p go'
+    result = run(ws2, *FAST, "--stall", "2", "--on-open", "stop", "--", "bash", "-c", idle, env=engine, timeout=60)
+    assert result.returncode == 2
+    assert [h["trigger"] for h in history(state_dir_of(ws2)) if h["to"] == "OPEN"] == ["stall"]

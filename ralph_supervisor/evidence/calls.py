@@ -58,6 +58,7 @@ from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.process.linux import (
     ProcStat,
+    descendant_stats,
     describe_wait_status,
     open_pidfd,
     pidfd_wait_status,
@@ -121,6 +122,9 @@ class _Running:
     """The same, the moment it exited."""
     container: Container | None = None
     """Where the call runs when its process is a container front-end (`docker run … claude -p`)."""
+    container_pid: int | None = None
+    """The container's first process on this machine, once its engine told (set from the pool)."""
+    asked_engine: bool = False
 
 
 class _Exits:
@@ -518,6 +522,31 @@ class CallWatcher:
         container = running.container if running is not None else None
         ref = reference(container) if container is not None else None
         return ContainerCall(container.engine, ref) if container is not None and ref is not None else None
+
+    def container_processes(self) -> list[ProcStat]:
+        """The processes of the running call's container (outside our tree): their CPU is the call's for the
+        stall rule. The engine is asked once per call, off the event loop; [] until it answered."""
+        running = self._running
+        if running is None or running.container is None:
+            return []
+        if running.container_pid is None:
+            if not running.asked_engine:
+                running.asked_engine = True
+                self.pool.submit(self._ask_container_pid, running)
+            return []
+        first = read_stat(running.container_pid)
+        return ([first] if first is not None else []) + (descendant_stats(running.container_pid) or [])
+
+    def _ask_container_pid(self, running: _Running) -> None:
+        for _ in range(20):  # a --cidfile is written a moment after the client starts
+            container = self.running_container() if self._running is running else None
+            if container is None:
+                return
+            pid = container.host_pid()
+            if pid is not None:
+                running.container_pid = pid
+                return
+            time.sleep(0.25)
 
     def running_calls(self, members: Sequence[ProcStat]) -> frozenset[tuple[int, int]]:
         """The agent calls among the tree's members, (pid, start_ticks): a stop TERMs them after the loop."""

@@ -55,26 +55,42 @@ class ContainerCall:
     engine: str
     ref: str
 
+    def host_pid(self) -> int | None:
+        """The container's first process as this machine sees it (`inspect --format {{.State.Pid}}`): its
+        processes are the call's for the stall rule's CPU. None when the engine cannot tell."""
+        out = self._ask(("inspect", "--format", "{{.State.Pid}}"), "inspect")
+        try:
+            pid = int((out or "").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None
+        return pid if pid > 0 else None
+
     def act(self, verb: str) -> bool:
-        """Ask the engine to pause, unpause, TERM or kill the container; True when it said yes. The engine's
+        """Ask the engine to pause, unpause, TERM or kill the container; True when it said yes."""
+        done = self._ask(VERBS[verb], verb) is not None
+        if done:
+            log.info("container_action", engine=self.engine, container=self.ref, action=verb)
+        return done
+
+    def _ask(self, args: tuple[str, ...], what: str) -> str | None:
+        """Run `ENGINE ARGS REF`; its output, or None (said once per failure) when it fails. The engine's
         client runs as a helper of ours (never a member of the loop's tree, which a stop would kill)."""
         try:
-            proc = HELPERS.popen([self.engine, *VERBS[verb], self.ref], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, process_group=0)
+            proc = HELPERS.popen([self.engine, *args, self.ref], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
         except OSError as exc:
-            log.warning("container_action_failed", engine=self.engine, container=self.ref, action=verb, error=str(exc))
-            return False
+            log.warning("container_action_failed", engine=self.engine, container=self.ref, action=what, error=str(exc))
+            return None
         try:
-            _, err = proc.communicate(timeout=ENGINE_TIMEOUT_SECONDS)
+            out, err = proc.communicate(timeout=ENGINE_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
             proc.kill()
-            _, err = proc.communicate()
+            out, err = proc.communicate()
             err = b"the engine did not answer in time"
         finally:
             HELPERS.done(proc.pid)
         if proc.returncode != 0:
-            log.warning("container_action_failed", engine=self.engine, container=self.ref, action=verb,
+            log.warning("container_action_failed", engine=self.engine, container=self.ref, action=what,
                         error=err.decode(errors="replace").strip()[:300])
-            return False
-        log.info("container_action", engine=self.engine, container=self.ref, action=verb)
-        return True
+            return None
+        return out.decode(errors="replace")

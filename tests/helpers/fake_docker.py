@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 
-VALUED = {"--name", "-v", "--volume", "-w", "--workdir", "-e", "--env", "--cidfile", "-u", "--user", "--signal", "-s"}
+VALUED = {"--format", "-f", "--name", "-v", "--volume", "-w", "--workdir", "-e", "--env", "--cidfile", "-u", "--user", "--signal", "-s"}
 TRAILER = b"\0EXIT "
 
 
@@ -50,6 +50,13 @@ class Engine:
             verb, options, rest = parse(request["argv"])
             if verb in ("run", "exec"):
                 self.run(conn, verb, options, rest, request["cwd"])
+            elif verb == "inspect":
+                with self.lock:
+                    proc = self.containers.get(rest[-1]) if rest else None
+                if proc is None or proc.poll() is not None:
+                    conn.sendall(TRAILER + b"1\n")
+                else:
+                    conn.sendall(f"{proc.pid}\n".encode() + TRAILER + b"0\n")
             elif verb in ("pause", "unpause", "kill"):
                 sig = {"pause": signal.SIGSTOP, "unpause": signal.SIGCONT}.get(verb)
                 if verb == "kill":
