@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import state_dir_of
+from tests.helpers import executable, state_dir_of
 from tests.helpers.supervise import events, history, run
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2", "--on-open", "stop", "--no-progress", "1000",
@@ -23,12 +23,7 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"did a step
 
 
 def paid_agent(tmp_path: Path) -> Path:
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    path = folder / "claude"
-    path.write_text(PAID_AGENT)
-    path.chmod(0o755)
-    return path
+    return executable(tmp_path / "bin", "claude", PAID_AGENT)
 
 
 def spent_and_started(ws: Path) -> tuple[float, list[int], dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.supervise import events, history, run, start, supervise_argv, wait_for
-from tests.helpers import state_dir_of
+from tests.helpers import executable, state_dir_of
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
 
@@ -39,12 +39,7 @@ sleep 30 & wait
 
 
 def agent(tmp_path: Path, text: str, name: str = "claude") -> Path:
-    folder = tmp_path / "bin"
-    folder.mkdir(exist_ok=True)
-    path = folder / name
-    path.write_text(text)
-    path.chmod(0o755)
-    return folder
+    return executable(tmp_path / "bin", name, text).parent
 
 
 def workspace(tmp_path: Path) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import state_dir_of
+from tests.helpers import executable, state_dir_of
 from tests.helpers.supervise import events, history, run
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "2")
@@ -54,12 +54,7 @@ def workspace(tmp_path: Path) -> Path:
 
 def installed(tmp_path: Path, name: str, text: str) -> Path:
     """An executable `name` in a folder that is not on the loop's PATH: the loop names it by its path."""
-    folder = tmp_path / "opt" / "tools"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(text)
-    path.chmod(0o755)
-    return path
+    return executable(tmp_path / "opt" / "tools", name, text)
 
 
 def package(tmp_path: Path) -> Path:

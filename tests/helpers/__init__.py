@@ -40,7 +40,16 @@ def held(content: bytes) -> bytes:
     return b"H" + len(content).to_bytes(8, "big") + hashlib.blake2b(content, digest_size=16).digest()
 
 
-__all__ = ["EXAMPLES", "REPO", "held", "wait_for"]
+def executable(folder: Path, name: str, text: str) -> Path:
+    """Write an executable script `folder/name` (the folder made as needed): a fake agent or tool."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+__all__ = ["EXAMPLES", "REPO", "executable", "held", "wait_for"]
 
 
 def state_dir_of(workspace: Path) -> Path:
