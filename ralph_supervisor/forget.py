@@ -22,21 +22,11 @@ from typing import TextIO
 
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.snapshots import human_size
+from ralph_supervisor.store import folder_bytes
 from ralph_supervisor.state_folder import ORIGIN_FILE, read_origin, workspaces_home
 
 OURS = (ORIGIN_FILE, "state.json", "events.jsonl", "supervisor.lock", "history.jsonl", "snapshots")
 """A folder holding one of these is a state folder (forget never removes anything else)."""
-
-
-def folder_bytes(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    return total
 
 
 def is_state_folder(path: Path) -> bool:

@@ -17,12 +17,12 @@ not apply to the store, whose config is its own.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ralph_supervisor.snapshots import SnapshotError, SnapshotStore, _Git
+from ralph_supervisor.store import folder_bytes
 
 KEPT = "refs/kept/"
 REPOSITORY_MAX = 200_000_000
@@ -110,14 +110,7 @@ def _objects_bytes(git_dir: Path) -> int:
         common = (git_dir / text).resolve()
     except OSError:
         pass
-    total = 0
-    for dirpath, _dirs, names in os.walk(common / "objects"):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    return total
+    return folder_bytes(common / "objects")
 
 
 @dataclass(frozen=True)

@@ -826,12 +826,7 @@ class SnapshotStore:
         for root in roots:
             measured = self._skip_sizes.get(root)
             if measured is None or now - measured[0] >= SKIP_MEASURE_EVERY_S:
-                total = 0
-                for dirpath, _dirs, names in os.walk(os.path.join(self.workspace, root)):
-                    for name in names:
-                        with contextlib.suppress(OSError):
-                            total += os.lstat(os.path.join(dirpath, name)).st_size
-                measured = self._skip_sizes[root] = (now, total)
+                measured = self._skip_sizes[root] = (now, state_files.folder_bytes(os.path.join(self.workspace, root)))
             sizes[root] = measured[1]
         for gone in set(self._skip_sizes) - set(roots):
             del self._skip_sizes[gone]

@@ -108,4 +108,14 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return data
 
 
-
+def folder_bytes(path: str | Path) -> int:
+    """What the files under `path` take (apparent sizes, symlinks not followed); files that vanish meanwhile
+    count nothing."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
