@@ -43,7 +43,9 @@ def is_helper(proc: psutil.Process) -> bool:
         argv = proc.cmdline()
     except psutil.Error:
         return False
-    return "ralph_supervisor.report" in argv or (bool(argv) and os.path.basename(argv[0]) == "git")
+    # A helper caught between its fork and its exec still carries the supervisor's own command line.
+    return ("ralph_supervisor.report" in argv or (bool(argv) and os.path.basename(argv[0]) == "git")
+            or argv[1:3] == ["-m", "ralph_supervisor"])
 
 
 def loop_tree(procs: list[psutil.Process]) -> list[psutil.Process]:
