@@ -180,12 +180,12 @@ class ProcessTree:
         self._kill_requested.clear()
         signalled: set[tuple[int, int]] = set()
         refused: set[tuple[int, int]] = set()
-        seen: set[tuple[int, int]] = set()
+        at_start: set[tuple[int, int]] = set()
         deadline = started + grace
         wake = self._paused
         with self._helpers.lock:  # each scan and its signals: no helper starts in between (helpers.py)
             stats = self._scan_stats()
-            seen.update((s.pid, s.start_ticks) for s in stats)
+            at_start.update((s.pid, s.start_ticks) for s in stats)
             head = next((s for s in stats if s.pid == leader), None) if leader is not None else None
             everyone = head is None
             if head is None and calls_termed is not None:
@@ -207,10 +207,13 @@ class ProcessTree:
             self._reaper.reap()
             with self._helpers.lock:
                 stats = self._scan_stats()
-                fresh = [s for s in stats if (s.pid, s.start_ticks) not in seen]
-                seen.update((s.pid, s.start_ticks) for s in fresh)
                 if refuse is not None:
-                    for stat in fresh:
+                    # every newcomer not yet signalled, on each scan: one seen between its fork and its exec
+                    # still has its parent's command line, and is refused once it shows what it runs
+                    for stat in stats:
+                        key = (stat.pid, stat.start_ticks)
+                        if key in at_start or key in signalled:
+                            continue
                         if refuse(stat) and signal_if_same(stat.pid, stat.start_ticks, signal.SIGKILL):
                             refused.add((stat.pid, stat.start_ticks))
                             signalled.add((stat.pid, stat.start_ticks))
