@@ -120,3 +120,20 @@ def test_the_wait_for_a_call_counts_from_the_loops_start_or_the_last_thaw_never_
     assert calls.waiting_since() >= time.time() - 5, "a thawed loop gets the full --stall to reach its agent"
     calls.tracker.start(0.0, 200.0)
     assert calls.waiting_since() is None, "while a call runs, the stall is the call's silence"
+
+
+def test_the_first_quick_calls_words_before_its_notice_was_read_are_its_own() -> None:
+    """The first call has no call before it: its floor is the stream's start, so a reply printed before a
+    busy machine read its notice is still its own (its dollars counted), and the loop's banner read before
+    the announcement is not."""
+    from ralph_supervisor.evidence.calls import floor_marks
+
+    floor = floor_marks(None, {"stdout": 40})
+    assert floor == {"stdout": 0}
+    assert floor_marks({"stdout": 7}, {"stdout": 40}) == {"stdout": 7}
+    tracker = IterationTracker(["claude"], None)
+    tracker.add_output(at(0, 9.5, "the loop's banner"), 9.5)
+    tracker.add_output(at(18, 10.1, '{"type":"result","total_cost_usd":0.01}'), 10.1)  # before the notice was read
+    first = tracker.start(0.0, 10.0, 101, None, "claude", (), announced_at=10.0,
+                          start_marks={"stdout": 40}, floor_marks=floor)
+    assert first.output_text() == '{"type":"result","total_cost_usd":0.01}'

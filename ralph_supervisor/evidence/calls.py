@@ -184,6 +184,18 @@ class _Exits:
         self._poll.close()
 
 
+def floor_marks(last_end: dict[str, int] | None, start: dict[str, int] | None) -> dict[str, int]:
+    """Where a call's output can begin at the earliest: where the call before it ended, and for the first
+    call the stream's start (its quick words may lie before its start mark, which is taken when its notice
+    is read: a busy machine reads it late). What lies past the floor counts only when read after the
+    call's announcement, so the loop's own words before it stay the loop's.
+
+    >>> floor_marks(None, {"stdout": 120})
+    {'stdout': 0}
+    """
+    return dict(last_end) if last_end is not None else dict.fromkeys(start or {}, 0)
+
+
 class CallWatcher:
     """Knows when agent calls start and end, and feeds the tracker. Lives on the event loop."""
 
@@ -275,7 +287,7 @@ class CallWatcher:
                 running.end_marks = marks
             else:
                 running.start_marks = marks
-                running.floor_marks = self._last_end_marks  # a busy machine reads the notice late
+                running.floor_marks = floor_marks(self._last_end_marks, marks)  # a busy machine reads the notice late
             self._last_end_marks = marks
         if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
             self._let_go(running)
