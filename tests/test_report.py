@@ -497,3 +497,21 @@ def test_the_diffstat_since_the_run_began_is_gits_own_summary_and_file_lines(tmp
     assert facts.diffstat.startswith("2 files changed")
     assert [line.split("|")[0].strip() for line in facts.files] == ["a.py", "b.py"]
     assert facts.commits[0][1] == "during" and facts.total_commits == 1
+
+
+def test_the_iterations_line_counts_each_call_once_by_its_worst_outcome(tmp_path: Path) -> None:
+    """A call cut short by a stop, or blocked, also failed: it is counted as cut short (or blocked), not as
+    failed as well, as the console and the timeline say it."""
+    import dataclasses
+
+    from ralph_supervisor.report.markdown import iterations_line
+
+    account = report.collect(fixture(tmp_path, "blocked"), now=NOW, git=False)
+    base = account.iterations[0]
+    base = dataclasses.replace(base, progress=False)
+    rows = [dataclasses.replace(base, failed=True, cut_short=True),
+            dataclasses.replace(base, failed=True, blocked=True),
+            dataclasses.replace(base, failed=True),
+            dataclasses.replace(base, failed=False, progress=True)]
+    line = iterations_line(dataclasses.replace(account, iterations=rows))
+    assert "1 failed" in line and "1 blocked" in line and "1 cut short" in line and "1 with progress" in line, line

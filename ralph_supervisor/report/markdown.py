@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, outcome_of
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import (
     Account,
@@ -85,10 +86,13 @@ def iterations_line(a: Account) -> str:
     """`6 iterations, 2 with progress, 1 failed (cap 10)`."""
     s = a.spend
     counts = [f"{s.iterations} iteration{'s' if s.iterations != 1 else ''}"]
+    outcomes = [outcome_of(progress=r.progress, failed=r.failed, usage_limited=r.usage_limited, blocked=r.blocked,
+                           cut_short=r.cut_short) for r in a.iterations]  # each call once, by its worst
     for label, n in (("with progress", sum(1 for r in a.iterations if r.progress)),
-                     ("failed", sum(1 for r in a.iterations if r.failed)),
-                     ("hit a usage limit", sum(1 for r in a.iterations if r.usage_limited)),
-                     ("blocked", sum(1 for r in a.iterations if r.blocked)),
+                     ("failed", outcomes.count(FAILED)),
+                     ("hit a usage limit", outcomes.count(LIMITED)),
+                     ("blocked", outcomes.count(BLOCKED)),
+                     ("cut short", outcomes.count(CUT_SHORT)),
                      ("trial", sum(1 for r in a.iterations if r.trial))):
         if n:
             counts.append(f"{n} {label}" + ("s" if label == "trial" and n > 1 else ""))
