@@ -30,9 +30,9 @@ sleep 0.02
 echo "Error: Claude Code cannot be launched inside another Claude Code session." >&2
 exit 1
 """
-SLOW_AGENT = r"""#!/bin/sh
-trap 'echo "agent TERM $(date +%s.%N)" >> "$LOG"; exit 143' TERM
-echo "agent start $(date +%s.%N)" >> "$LOG"
+SLOW_AGENT = r"""#!/bin/bash
+trap 'echo "agent TERM $EPOCHREALTIME" >> "$LOG"; exit 143' TERM
+echo "agent start $EPOCHREALTIME" >> "$LOG"
 echo "working" > "work_$$.txt"
 sleep 30 & wait
 """
@@ -149,7 +149,7 @@ def test_a_stop_terms_the_loop_first_and_refuses_new_calls(tmp_path: Path) -> No
     ws = workspace(tmp_path)
     log_file = tmp_path / "order.log"
     bin_dir = agent(tmp_path, SLOW_AGENT)
-    script = (f"trap 'echo \"loop TERM $(date +%s.%N)\" >> {log_file}; echo interrupted > status' TERM; "
+    script = (f"trap 'echo \"loop TERM $EPOCHREALTIME\" >> {log_file}; echo interrupted > status' TERM; "
               "while :; do timeout 60 claude -p go & wait $!; echo \"failed $?\" >> status; sleep 0.05; done")
     proc = start(ws, *FAST, "--grace", "3", "--", "bash", "-c", script, env=path_env(bin_dir, LOG=str(log_file)))
     try:
@@ -173,6 +173,25 @@ def test_a_stop_terms_the_loop_first_and_refuses_new_calls(tmp_path: Path) -> No
     assert finished(ws)[0]["cut_short"]
 
 
+def waiting_shim(loop_pid: int, agent_folder: Path) -> int | None:
+    """The pid of a shim of `claude` below the loop that has not yet run the agent (None: none)."""
+    import psutil
+
+    try:
+        below = psutil.Process(loop_pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    for proc in below:
+        try:
+            cmdline = proc.cmdline()
+        except psutil.Error:
+            continue
+        script = cmdline[2] if len(cmdline) > 2 and cmdline[1] == "-p" else ""
+        if script.endswith("/bin/claude") and not script.startswith(str(agent_folder)):
+            return proc.pid
+    return None
+
+
 @pytest.mark.slow
 def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
@@ -193,8 +212,12 @@ def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> Non
                 os.kill(member["pid"], signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        wait_for(lambda: events(state_dir_of(ws), "agent_call_refused"), timeout=30, what="a refused call")
+        # the loop goes on to its next call, whose shim waits while the tree is meant to be frozen
+        shim = wait_for(lambda: waiting_shim(child, bin_dir), timeout=30, what="a shim waiting for the thaw")
+        time.sleep(1.0)  # ten of its looks at the flag
+        assert waiting_shim(child, bin_dir) == shim, "the same shim still waits"
         assert len(events(state_dir_of(ws), "iteration_started")) == paused_at
+        assert events(state_dir_of(ws), "agent_call_refused") == [], "a freeze delays a call, never fails it"
         assert run(ws, "resume", "-w", str(ws)).returncode == 0
         wait_for(lambda: len(events(state_dir_of(ws), "iteration_started")) > paused_at, timeout=30,
                  what="calls again after resume")

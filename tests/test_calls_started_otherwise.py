@@ -126,9 +126,10 @@ def test_a_stuck_loop_calling_its_agent_by_absolute_path_is_still_caught(tmp_pat
     assert (opened["trigger"], opened["iteration"]) == ("no-progress", 2)
 
 
-SLOW_AGENT = r"""#!/bin/sh
-trap 'echo "agent TERM $(date +%s.%N)" >> "$LOG"; exit 143' TERM
-echo "agent start $(date +%s.%N)" >> "$LOG"
+# The times come from bash's own clock: a `date` forked in a trap is a newcomer the stop may TERM at once.
+SLOW_AGENT = r"""#!/bin/bash
+trap 'echo "agent TERM $EPOCHREALTIME" >> "$LOG"; exit 143' TERM
+echo "agent start $EPOCHREALTIME" >> "$LOG"
 sleep 30 & wait
 """
 
@@ -146,7 +147,7 @@ def test_a_stop_lets_the_loop_record_its_interruption_while_its_call_in_its_own_
     log_file = tmp_path / "order.log"
     claude = installed(tmp_path, "claude", SLOW_AGENT)
     call = f"{claude} -p go" if form == "foreground" else f"{claude} -p go | tee -a out.log"
-    script = (f"trap 'echo \"loop TERM $(date +%s.%N)\" >> {log_file}; echo interrupted > status' TERM; "
+    script = (f"trap 'echo \"loop TERM $EPOCHREALTIME\" >> {log_file}; echo interrupted > status' TERM; "
               f"while :; do ( {call} ) & job=$!; while kill -0 $job 2>/dev/null; do sleep 10 & wait $!; done; "
               "echo \"failed\" >> status; done")
     proc = start(ws, *FAST, "--grace", "3", "--", "bash", "-c", script, env={"LOG": str(log_file)})

@@ -314,8 +314,9 @@ def test_stop_terms_the_loops_group_first_and_kills_refused_newcomers_at_once(su
     """The loop's trap runs while the work in a group of its own (GNU timeout's) still runs; a newcomer the
     trap starts that `refuse` names (an agent call) is killed at once; the rest gets TERM at half the grace."""
     log = tmp_path / "order"
-    script = (f"trap 'echo loop $(date +%s.%N) >> {log}; sleep 31 &' TERM; "
-              f"setsid sh -c 'trap \"echo work \\$(date +%s.%N) >> {log}; exit 0\" TERM; while :; do sleep 0.05; done' & "
+    # times from bash's own clock: a `date` forked in a trap is a newcomer the stop may TERM at once
+    script = (f"trap 'echo loop $EPOCHREALTIME >> {log}; sleep 31 &' TERM; "
+              f"setsid bash -c 'trap \"echo work \\$EPOCHREALTIME >> {log}; exit 0\" TERM; while :; do sleep 0.05; done' & "
               "while :; do sleep 0.05; done")
     leader = _start(subreaper, ["bash", "-c", script], tmp_path)
     tree = ProcessTree(os.getpid(), subreaper)

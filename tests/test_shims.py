@@ -121,6 +121,34 @@ def test_a_refusing_shim_exits_143_without_running_the_agent(tmp_path: Path, age
     assert done.returncode == 0 and seen["comm"] == "claude"
 
 
+@pytest.mark.parametrize("bash", [True, False], ids=["bash", "sh"])
+def test_a_holding_shim_waits_past_the_gate_until_the_hold_goes_then_runs_the_agent(
+        tmp_path: Path, agent_bin: Path, bash: bool) -> None:
+    """The tree is frozen (a pause, a limit wait): a call that slipped through waits, however long, and runs
+    once the supervisor lets the loop go on; it neither fails nor runs meanwhile."""
+    from ralph_supervisor.evidence.shims import GATE_SECONDS
+
+    shims = install_shims(tmp_path / "shims", ["claude"], bash=bash)
+    shims.hold(True)
+    out = tmp_path / "seen.json"
+    env = {**os.environ, "PATH": shims.path_for(f"{agent_bin}:{os.environ['PATH']}"), "AGENT_OUT": str(out),
+           "REPORT": REPORT}
+    proc = subprocess.Popen(["bash", "-c", 'claude -c "$REPORT" </dev/null'], env=env)
+    try:
+        time.sleep(GATE_SECONDS + 0.5)  # past the gate's bound for a pending verdict
+        assert proc.poll() is None and not out.exists(), "held: the agent has not run"
+        assert list(shims.calls.iterdir()) == [], "no notice: the call has not begun"
+        shims.hold(False)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads(out.read_text())["comm"] == "claude"
+    notice = read_notice(next(shims.calls.iterdir()))
+    assert notice is not None and notice.kind == "call"
+
+
 def test_with_no_supervisor_listening_the_shim_just_runs_the_agent(tmp_path: Path, agent_bin: Path) -> None:
     shims = install_shims(tmp_path / "shims", ["claude"])
     shims.calls.rmdir()  # the supervisor is gone, and its notice folder with it

@@ -766,8 +766,9 @@ class CallWatcher:
     # ------------------------------------------------------------------ holding
 
     def hold(self, why: str, members: Sequence[ProcStat]) -> None:
-        """A stop is decided or the tree freezes: shims refuse, agent processes that appear from now on
-        are killed, and the calls running now (in `members`) are cut short by us (neutral, never a trial)."""
+        """A stop is decided ("stop": shims refuse) or the tree freezes ("freeze": shims wait until it is
+        thawed); agent processes that appear from now on are killed, and the calls running now (in
+        `members`) are cut short by us (neutral, never a trial)."""
         if self._holding is None:
             self.refused = 0
         self._holding = why
@@ -781,7 +782,10 @@ class CallWatcher:
             self._cut_short.clear()
         if self.shims is not None:
             try:
-                self.shims.refuse(True)
+                if why == "stop":
+                    self.shims.refuse(True)
+                else:
+                    self.shims.hold(True)
             except OSError as exc:
                 log.warning("shims_cannot_refuse", error=str(exc))
 
@@ -789,15 +793,16 @@ class CallWatcher:
         """New calls may start again (a resume, a trial, a restart); the wait for one counts from now."""
         self._holding = None
         self._allowed.clear()
+        if self.shims is not None:  # first: a shim thawed below must find the way open
+            try:
+                self.shims.refuse(False)
+                self.shims.hold(False)
+            except OSError as exc:
+                log.warning("shims_cannot_refuse", error=str(exc))
         gated, self._gated = self._gated, {}
         for stat in gated.values():  # frozen while a verdict was due, then held: they may run now
             signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT)
         self._idle_since = max(self._idle_since, time.time())
-        if self.shims is not None:
-            try:
-                self.shims.refuse(False)
-            except OSError as exc:
-                log.warning("shims_cannot_refuse", error=str(exc))
 
     # ------------------------------------------------------------------ between calls
 

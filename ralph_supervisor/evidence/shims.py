@@ -8,8 +8,11 @@ which:
    shim and removed by the supervisor once the call is judged; a call still running does not hold others
    back), so that no call starts before the one before it is judged; it stops waiting when the verdict is in, the supervisor refuses, the supervisor is
    gone, or after `GATE_SECONDS` (the call then runs: a supervisor that does not answer never stops a loop);
+   While the tree is frozen (`STATE/shims/hold` exists: a pause, a limit wait) it waits, without the bound,
+   until the tree is thawed: a call that slipped through the freeze (or that something outside thawed)
+   neither runs nor fails, it starts when the supervisor lets the loop go on;
 2. exits at once with 143 when the supervisor refuses new calls (`STATE/shims/refuse` exists: a stop is
-   decided, or the tree is frozen), after leaving a `refused` notice;
+   decided), after leaving a `refused` notice;
 3. finds the real agent on the rest of `PATH` (without the shim folder), with shell builtins only;
 4. marks its own verdict pending, then writes a notice `STATE/shims/calls/PID` with one builtin redirection
    (no fork, never blocks; when the folder is gone the write fails silently and the call goes on);
@@ -129,18 +132,30 @@ class ShimDir:
         prefix = f"{self.bin}/"
         return any(arg.startswith(prefix) for arg in cmdline[:3])
 
+    @property
+    def hold_flag(self) -> Path:
+        return self.root / "hold"
+
     def refuse(self, on: bool) -> None:
         """Make every shim refuse (exit 143) or run new calls again."""
-        if on:
-            self.refuse_flag.touch(mode=0o644)
-        else:
-            try:
-                self.refuse_flag.unlink()
-            except FileNotFoundError:
-                pass
+        _flag(self.refuse_flag, on)
+
+    def hold(self, on: bool) -> None:
+        """Make every shim wait (the tree is frozen) or go on."""
+        _flag(self.hold_flag, on)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _flag(path: Path, on: bool) -> None:
+    if on:
+        path.touch(mode=0o644)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _notice(kind: str, name: str, at: str, target: str, calls: Path) -> str:
@@ -158,6 +173,8 @@ def shim_script(name: str, shims: ShimDir, bash: str | None, supervisor_pid: int
     # bash waits on a FIFO nobody writes (a builtin: no process to fork, which a frozen tree would keep as a
     # zombie); sh has no `read -t`, so it forks a sleep
     step = (f"read -r -t 0.01 _rs_w <>{q(str(shims.tick))} 2>/dev/null" if bash else "sleep 0.01 2>/dev/null || break")
+    held = (f"read -r -t 0.1 _rs_w <>{q(str(shims.tick))} 2>/dev/null" if bash else "sleep 0.1 2>/dev/null || break")
+    hold = q(str(shims.hold_flag))
     at = '"$EPOCHREALTIME"' if bash else "''"
     run = f'exec -a {q(name)} "$_rs_x" "$@"' if bash else 'exec "$_rs_x" "$@"'
     return f"""#!{bash + ' -p' if bash else '/bin/sh'}
@@ -173,9 +190,8 @@ case $PATH in
 esac
 _rs_busy() {{ for _rs_f in {q(str(shims.pending))}/*; do [ -e "$_rs_f" ] && [ ! -d "/proc/${{_rs_f##*/}}" ] && return 0; done; return 1; }}
 _rs_n=0
-while [ "$_rs_n" -lt {steps} ] && [ ! -e {q(str(shims.refuse_flag))} ] && [ -d /proc/{supervisor_pid} ] && _rs_busy; do
-{step}
-_rs_n=$((_rs_n + 1))
+while [ ! -e {q(str(shims.refuse_flag))} ] && [ -d /proc/{supervisor_pid} ] && {{ [ -e {hold} ] || {{ [ "$_rs_n" -lt {steps} ] && _rs_busy; }}; }}; do
+if [ -e {hold} ]; then {held}; else {step}; _rs_n=$((_rs_n + 1)); fi
 done
 if [ -e {q(str(shims.refuse_flag))} ]; then
 {_notice("refused", name, at, "''", shims.calls)}
