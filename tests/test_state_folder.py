@@ -260,7 +260,8 @@ def test_a_run_keeps_nothing_in_the_workspace_and_commands_find_its_state_from_t
 
 
 @pytest.mark.slow
-def test_a_folder_given_with_state_dir_is_found_through_the_registry_while_it_runs(tmp_path: Path) -> None:
+def test_a_folder_given_with_state_dir_is_found_through_the_registry_while_it_runs_and_after(
+        tmp_path: Path) -> None:
     ws = tmp_path / "proj"
     ws.mkdir()
     volume = tmp_path / "volume"
@@ -277,6 +278,8 @@ def test_a_folder_given_with_state_dir_is_found_through_the_registry_while_it_ru
             proc.kill()
             proc.wait()
     assert not state_dir_of(ws).exists()
+    ended = json.loads(cli("status", "--json", "-w", str(ws)).stdout)  # its ended entry still names the folder
+    assert ended["state_dir"] == str(volume) and not ended["supervisor"]["running"]
 
 
 @pytest.mark.slow
