@@ -316,7 +316,7 @@ def check_the_dashboard_shows_the_working_loop_with_no_trips(fleet: Fleet) -> No
 def check_the_dashboards_loop_variable_lists_both_loops(fleet: Fleet) -> None:
     board = json.loads(DASHBOARD.read_text())
     variable = next(v for v in board["templating"]["list"] if v["name"] == "workspace")
-    metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable["definition"]).groups()  # type: ignore[union-attr]
+    metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable["query"]["query"]).groups()  # type: ignore[union-attr]
     found = get_json(f"{fleet.prometheus.url}/api/v1/label/{label}/values?match[]={metric}"
                      f"&start={fleet.started:.0f}")["data"]
     assert sorted(found) == sorted([str(fleet.working.workspace), str(fleet.stuck.workspace)])
