@@ -262,8 +262,10 @@ def check_a_supervisor_killed_with_sigkill_fires_supervisor_down(fleet: Fleet) -
     down = fleet.firing("RalphSupervisorDown", instance=fleet.working.instance)
     assert down and down[0][0] > fleet.seen["kill"]
     assert down[0][1]["labels"]["severity"] == "critical"
-    got = webhook_got(fleet, "RalphSupervisorDown", instance=fleet.working.instance)
-    assert got and "is down" in got[0]["annotations"]["summary"]
+    # Named after the loop its last heartbeat named, as the other alerts are.
+    got = webhook_got(fleet, "RalphSupervisorDown", instance=fleet.working.instance, name="working",
+                      workspace=str(fleet.working.workspace))
+    assert got and "is down (loop working)" in got[0]["annotations"]["summary"], got
 
 
 # -- the dashboard against the same Prometheus ----------------------------------------------------
