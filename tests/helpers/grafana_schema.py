@@ -37,7 +37,8 @@ PACKAGES = ("typescript@5.9.3", "@grafana/schema@13.2.3")
 PRELUDE = (
     'import type { Dashboard } from "@grafana/schema";\n'
     "type AsJson<T> = T extends string ? `${T}` : T extends number | boolean | null | undefined ? T"
-    " : T extends ReadonlyArray<infer U> ? Array<AsJson<U>> : T extends object ? { [K in keyof T]: AsJson<T[K]> } : T;\n"
+    " : T extends ReadonlyArray<infer U> ? Array<AsJson<U>>"
+    " : T extends object ? { [K in keyof T]: AsJson<T[K]> } : T;\n"
     "export const dashboard: AsJson<Dashboard> =\n"
 )
 PRELUDE_LINES = PRELUDE.count("\n")
