@@ -31,8 +31,8 @@ def result() -> Result:
 
 def met(result: Result, prefix: str) -> str:
     row = result.row(prefix)
-    assert row is not None, f"no row {prefix!r} in the result: {[r.metric for r in result.rows]}"
-    assert row.met == "yes", f"{row.metric}: {row.ours} (target {row.target})"
+    assert row is not None, f"the image check {result.status}: {result.reason or 'no row ' + repr(prefix)}"
+    assert row.met == "yes", f"{row.metric}: {row.ours} (target {row.target}); {result.reason}"
     return row.ours
 
 

@@ -4,10 +4,11 @@
 # the result and passes, fails, or skips with the reason (a machine that cannot build, or no run before it).
 if [ -n "${CI:-}" ] || [ "${RALPH_TEST_IMAGE:-}" = 1 ]; then
     result=$(python -c "from tests.helpers.container_image import result_path; print(result_path())")
+    mkdir -p "$(dirname "$result")"
     echo "scripts/test.sh: building the image and running a loop in it (scripts/container-check.sh; minutes)" >&2
     started=$(date +%s)
-    timeout 1800 bash scripts/container-check.sh --result "$result" >"$result.log" 2>&1
-    code=$?
+    code=0
+    timeout 1800 bash scripts/container-check.sh --result "$result" >"$result.log" 2>&1 || code=$?
     if [ ! -s "$result" ]; then  # killed, or crashed before its end: a failure, not a machine that cannot
         python -m tests.helpers.container_image write "$result" failed \
             "scripts/container-check.sh ended with $code and no result (log: $result.log)" --
