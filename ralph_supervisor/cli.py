@@ -229,7 +229,8 @@ def cmd_report(argv: Sequence[str]) -> int:
 def cmd_ls(argv: Sequence[str]) -> int:
     parser = _Parser(prog="ralph-supervise ls", description="Every supervisor of this user on this machine.")
     parser.add_argument("--json", action="store_true", help="one JSON object per loop, in a list")
-    parser.add_argument("--prune", action="store_true", help="remove stale (and unreadable) registry entries")
+    parser.add_argument("--prune", action="store_true",
+                        help="remove the entries of loops that ended or died (and unreadable ones)")
     parser.add_argument("--orphans", action="store_true", help="state folders whose workspace is gone")
     args = parser.parse_args(argv)
     if args.orphans:

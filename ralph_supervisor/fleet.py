@@ -50,9 +50,16 @@ class LoopRow:
     """What is odd about this loop (final stop, limit wait, unreadable state), or empty."""
     entry: str
     """The registry file."""
+    ended_at: str | None = None
+    """When the supervisor exited (ISO-8601 UTC), for a loop that ended; None while it runs or when it died."""
+    exit_code: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "ended": self.ended}
 
 
 def read_state(state_dir: Path) -> tuple[dict[str, Any], str]:
@@ -83,14 +90,16 @@ def loop_row(entry: registry.Entry, *, alive: bool) -> LoopRow:
     if state.get("final"):
         notes.insert(0, "stopped for good")
     limit = state.get("limit_until")
-    if limit:
+    if limit and not entry.ended:
         notes.insert(0, f"usage limit until {local_clock(limit)}")
+    if entry.ended:
+        notes.insert(0, ended_note(entry.ended_at, entry.exit_code))
     return LoopRow(
         name=entry.name, workspace=entry.workspace, state_dir=entry.state_dir, pid=entry.pid, alive=alive,
         since=entry.started_at, state=state.get("state", "?"), trigger=state.get("trigger", "none"),
         iteration=state.get("iteration"), tokens_used=state.get("tokens_used"), cost_usd=state.get("cost_usd"),
         limit_until=limit, final=bool(state.get("final")), updated_at=state.get("updated_at"),
-        note="; ".join(notes), entry=str(entry.path),
+        note="; ".join(notes), entry=str(entry.path), ended_at=entry.ended_at, exit_code=entry.exit_code,
     )
 
 
@@ -122,6 +131,11 @@ def collect(dirs: list[Path] | None = None) -> tuple[list[LoopRow], list[str], l
 # Pure: how a row reads
 
 
+def ended_note(ended_at: str | None, exit_code: int | None) -> str:
+    """`ended 06:12, exit 2`: when the supervisor exited (local time) and with which code."""
+    return f"ended {local_clock(ended_at) if ended_at else '?'}, exit {'?' if exit_code is None else exit_code}"
+
+
 def age(since: str | None, now: float) -> str:
     """How long ago (45s, 12m05s, 3h05m, 2d04h); ? when unknown."""
     moment = parse_time(since)
@@ -145,7 +159,7 @@ COLUMNS = ("NAME", "STATE", "TRIGGER", "ITER", "SPEND", "PID", "SINCE", "ALIVE",
 def cells(row: LoopRow, now: float) -> tuple[str, ...]:
     return (row.name, row.state, row.trigger if row.trigger not in ("", "none") else "-",
             "?" if row.iteration is None else str(row.iteration), spend(row), str(row.pid), age(row.since, now),
-            "yes" if row.alive else "STALE", row.workspace, row.note)
+            "yes" if row.alive else "ended" if row.ended else "STALE", row.workspace, row.note)
 
 
 def table(rows: list[LoopRow], now: float) -> list[str]:
@@ -166,7 +180,7 @@ def table(rows: list[LoopRow], now: float) -> list[str]:
 
 
 def main(*, as_json: bool = False, prune: bool = False, now: float | None = None) -> int:
-    """Print the listing (and prune stale entries); always 0: a bad registry is reported, never fatal."""
+    """Print the listing (and prune ended and stale entries); always 0: a bad registry is reported, never fatal."""
     import time
 
     rows, problems, prunable = collect()
@@ -175,7 +189,7 @@ def main(*, as_json: bool = False, prune: bool = False, now: float | None = None
         gone = {str(path) for path in removed}
         rows = [row for row in rows if row.entry not in gone]
         count = len(removed)
-        print(f"ralph-supervise ls: removed {count} stale or unreadable entr{'y' if count == 1 else 'ies'}",
+        print(f"ralph-supervise ls: removed {count} ended, stale or unreadable entr{'y' if count == 1 else 'ies'}",
               file=sys.stderr)
         if failures:
             problems.append(f"could not remove {len(failures)} entr{'y' if len(failures) == 1 else 'ies'} "

@@ -22,13 +22,15 @@ from ralph_supervisor.watch import show
 
 
 def render(rows: list[fleet.LoopRow], problems: list[str], now: float) -> RenderableType:
-    """One table row per loop, the breaker state in its colour; stale entries dimmed; problems below."""
+    """One table row per loop, the breaker state in its colour; ended and stale entries dimmed; problems below."""
     counts = {state: sum(1 for r in rows if r.alive and r.state == state) for state in fleet.STATES}
-    stale = sum(1 for r in rows if not r.alive)
+    ended = sum(1 for r in rows if not r.alive and r.ended)
+    stale = sum(1 for r in rows if not r.alive and not r.ended)
     title = f"ralph-supervise · {len(rows)} loop{'s' if len(rows) != 1 else ''}"
     summary = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
-    if stale:
-        summary += (", " if summary else "") + f"{stale} stale"
+    for n, label in ((ended, "ended"), (stale, "stale")):
+        if n:
+            summary += (", " if summary else "") + f"{n} {label}"
     table = Table(title=f"{title}" + (f" ({summary})" if summary else ""), title_justify="left",
                   box=box.SIMPLE_HEAD, expand=True)
     for column in ("name", "state", "trigger", "iter", "spend", "pid", "since", "changed", "alive", "workspace"):
@@ -42,12 +44,13 @@ def render(rows: list[fleet.LoopRow], problems: list[str], now: float) -> Render
         if note:
             where.append(f"  {note}", style="yellow" if row.alive else "dim")
         table.add_row(name, Text(state, style=style), trigger, iteration, spend, pid, since,
-                      fleet.age(row.updated_at, now), Text(alive, style="green" if row.alive else "bold red"),
+                      fleet.age(row.updated_at, now),
+                      Text(alive, style="green" if row.alive else "bold" if row.ended else "bold red"),
                       where, style="dim" if not row.alive else None)
     if not rows:
         table.add_row("", Text("no supervisor is registered", style="dim"), *([""] * 8))
     footer = Text(f"updated {time.strftime('%H:%M:%S', time.localtime(now))}   `ralph-supervise ls --prune` "
-                  "removes stale entries", style="dim")
+                  "removes ended and stale entries", style="dim")
     for problem in problems:
         footer.append(f"\n! {problem}", style="yellow")
     return Group(table, footer)

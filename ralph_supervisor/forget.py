@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from ralph_supervisor import registry
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.snapshots import human_size
 from ralph_supervisor.store import folder_bytes
@@ -74,6 +75,7 @@ def forget(workspace: Path, state_dir: Path, *, yes: bool, stdin: TextIO | None 
     except OSError as exc:
         return fail(f"cannot remove {state_dir}: {exc.strerror or exc}")
     print(f"removed {state_dir} ({size})", file=stdout)
+    registry.forget_state_dir(state_dir)  # its ended (or stale) entry: nothing is left for `ls` to show
     return 0
 
 

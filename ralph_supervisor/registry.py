@@ -2,9 +2,12 @@
 
 Why files and no daemon: nothing has to run for the registry to work, and a supervisor that dies
 cannot take anyone else's entry with it. Each supervisor writes its entry once it holds its state
-folder's lock (so two supervisors started for one folder leave one entry) and removes it when it exits.
-One killed with SIGKILL leaves its entry behind: `ls` shows it as stale (its pid is gone, or now names
-another process, or the machine rebooted since) and `ls --prune` removes it.
+folder's lock (so two supervisors started for one folder leave one entry) and, when it exits, marks it
+ended (its end time and exit code): the loop stays listed in `ls` and `serve`, so whoever looks in the
+morning sees the loops that ended in the night, until `ls --prune` removes it. One killed with SIGKILL
+cannot mark its entry: `ls` shows it as stale (its pid is gone, or now names another process, or the
+machine rebooted since) and `ls --prune` removes it too. A supervisor started again for the same folder
+replaces the ended entry with its own.
 
 Where, for this user: `$RALPH_SUPERVISE_REGISTRY` when set; else `$XDG_RUNTIME_DIR/ralph-supervise`
 (a tmpfs per user that systemd-logind empties at the last logout); else
@@ -14,12 +17,13 @@ folder replaces its predecessor's entry instead of adding one.
 
     entry = register(workspace=ws, state_dir=ws / ".ralph-supervise", name="proj", command=("ralph",))
     ...
-    entry.remove()
+    entry.mark_ended(code)             # at exit; entry.remove() takes it away instead
     listing = read_registry()          # every entry, and one line per problem with the folder
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -99,24 +103,51 @@ class Entry:
     command: tuple[str, ...] = ()
     metrics_port: int | None = None
     metrics_textfile: str | None = None
+    ended_at: str | None = None
+    """ISO-8601 UTC when the supervisor exited (and marked its entry); None while it runs, or when it died."""
+    exit_code: int | None = None
+    """The supervisor's exit code, written with `ended_at`."""
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": VERSION, "pid": self.pid, "start_ticks": self.start_ticks, "boot_id": self.boot_id,
                 "workspace": self.workspace, "state_dir": self.state_dir, "name": self.name,
                 "started_at": self.started_at, "command": list(self.command),
-                "metrics_port": self.metrics_port, "metrics_textfile": self.metrics_textfile}
+                "metrics_port": self.metrics_port, "metrics_textfile": self.metrics_textfile,
+                "ended_at": self.ended_at, "exit_code": self.exit_code}
 
-    def remove(self) -> None:
-        """Remove this entry if it is still ours (a successor for the same folder may have replaced it)."""
+    def _still_ours(self) -> bool:
+        """The file still holds this supervisor's entry (a successor for the same folder may have replaced it)."""
         try:
             current = parse_entry(self.path, self.path.read_bytes())
         except (OSError, ValueError):
-            return
-        if current.pid == self.pid and current.start_ticks == self.start_ticks:
+            return False
+        return current.pid == self.pid and current.start_ticks == self.start_ticks and not current.ended
+
+    def remove(self) -> None:
+        """Remove this entry if it is still ours."""
+        if self._still_ours():
             try:
                 self.path.unlink()
             except OSError:
                 pass
+
+    def mark_ended(self, exit_code: int, at: str | None = None) -> Entry | None:
+        """Rewrite this entry (atomically, if it is still ours) as ended now with `exit_code`: the loop stays
+        listed until `ls --prune`. The entry as written, or None when it could not be (not ours any more,
+        or the folder refuses: then `ls` shows it as stale, which is true enough)."""
+        if not self._still_ours():
+            return None
+        ended = dataclasses.replace(self, ended_at=at or store.iso_utc(), exit_code=exit_code)
+        try:
+            store.atomic_write_bytes(self.path, (json.dumps(ended.to_dict(), indent=1) + "\n").encode(),
+                                     mode=0o600)
+        except OSError:
+            return None
+        return ended
 
 
 @dataclass(frozen=True)
@@ -165,6 +196,8 @@ def parse_entry(path: Path, raw: bytes) -> Entry:
         command=tuple(c for c in command if isinstance(c, str)) if isinstance(command, list) else (),
         metrics_port=port if port is not None and 0 <= port <= 65535 else None,
         metrics_textfile=_str(data.get("metrics_textfile")),
+        ended_at=_str(data.get("ended_at")) or None,
+        exit_code=_int(data.get("exit_code")) if data.get("ended_at") else None,
     )
 
 
@@ -172,9 +205,10 @@ def is_alive(entry: Entry, start_ticks_now: int | None, boot_now: str) -> bool:
     """Whether the entry's supervisor still runs: its pid names the process that registered.
 
     `start_ticks_now` is the start time of whatever process holds the pid now (None: no such process).
-    An entry from another boot is stale whatever its pid names now.
+    An entry from another boot is stale whatever its pid names now; an ended one is not alive whatever
+    runs under its pid now.
     """
-    if start_ticks_now is None:
+    if entry.ended or start_ticks_now is None:
         return False
     if entry.boot_id and boot_now and entry.boot_id != boot_now:
         return False
@@ -277,11 +311,26 @@ def read_registry(folder: Path | None = None) -> Listing:
     return Listing(folder, False, tuple(entries), tuple(garbage), problems)
 
 
+def _runs_now(path: Path, boot: str) -> bool:
+    """The file holds the entry of a running supervisor (one that registered since the caller read it)."""
+    try:
+        with open(path, "rb") as fh:
+            entry = parse_entry(path, fh.read(ENTRY_MAX_BYTES + 1))
+    except (OSError, ValueError):
+        return False
+    return is_alive(entry, start_ticks(entry.pid), boot)
+
+
 def prune(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
-    """Remove these entry files (stale entries, garbage): the paths gone now, and one line per failure."""
+    """Remove these entry files (ended and stale entries, garbage): the paths gone now, and one line per
+    failure. A file that holds a running supervisor's entry by now (one started again for the same folder
+    since the caller read it) is left alone."""
     gone: list[Path] = []
     failures: list[str] = []
+    boot = current_boot_id()
     for path in paths:
+        if _runs_now(path, boot):
+            continue
         try:
             path.unlink()
         except FileNotFoundError:
@@ -300,6 +349,15 @@ def prune(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
 def loop_name(workspace: Path, name: str | None) -> str:
     """`--name`, or the workspace's folder name: the short name in `ls`, in metrics and in notices."""
     return name or workspace.name or str(workspace)
+
+
+def forget_state_dir(state_dir: Path, dirs: Sequence[Path] | None = None) -> list[Path]:
+    """Remove the entries (ended or stale: never a running one's) that name this state folder: `forget`
+    removed the folder, so nothing is left to list. The paths removed."""
+    wanted = os.path.realpath(state_dir)
+    doomed = [entry.path for folder in (reading_dirs() if dirs is None else dirs)
+              for entry in read_registry(folder).entries if os.path.realpath(entry.state_dir) == wanted]
+    return prune(doomed)[0]
 
 
 def register_supervisor(settings: Any) -> Entry | None:

@@ -1002,7 +1002,7 @@ def run_supervisor(settings: Settings) -> int:
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
     events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr,
                                detail=settings.log_detail)
-    registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
+    registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until `ls --prune`
     for line in where:  # on stderr as every event is, and in events.jsonl
         log.info("state_folder", state_dir=str(settings.state_dir), note=line)
     code, hurried = 1, False
@@ -1022,7 +1022,7 @@ def run_supervisor(settings: Settings) -> int:
                 say_the_end(settings.state_dir, sys.argv[1:], terminal.stderr, colors=colors_on(terminal.stderr))
         terminal.close()
         if registration is not None:
-            registration.remove()
+            registration.mark_ended(code)  # still listed, marked ended, until `ls --prune`
         if events is not None:
             events.close()
         lock.release()

@@ -12,9 +12,21 @@
 #    process of either container may be left on the host.
 # Writes docs/bench/container.md (and rebuilds docs/benchmarks.md), and says plainly what it could not run.
 # Exit 0 when everything it ran passed, 1 otherwise.
+#   scripts/container-check.sh --result FILE
+# The same, for the test suite (scripts/setup.d/90-container-image.sh, before pytest): the result goes to FILE
+# as JSON (passed, failed, or cannot: this machine cannot build, with the reason) and the table to FILE.md;
+# docs/ is not touched. tests/test_container_image.py reads it (tests/helpers/container_image.py).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+RESULT=""
+if [ $# -gt 0 ]; then
+    if [ "$1" != --result ] || [ $# -ne 2 ] || [ -z "$2" ]; then
+        echo "usage: scripts/container-check.sh [--result FILE]" >&2
+        exit 1
+    fi
+    RESULT=$2
+fi
 . scripts/_venv.sh "[test]" >/dev/null
 IMAGE=localhost/ralph-loop:check
 FROM_IMAGE=$(sed -n 's/^FROM \([^ ]*\).*/\1/p' deploy/docker/Dockerfile | head -1)
@@ -65,16 +77,35 @@ write_report() {
         else
             echo "Every part ran."
         fi
-    } > docs/bench/container.md
-    rm -f docs/bench/container.json
-    python scripts/_benchkit.py assemble "$load_start" "$started" >/dev/null
-    cat docs/bench/container.md
+    } > "$report"
+    if [ -z "$RESULT" ]; then
+        rm -f docs/bench/container.json
+        python scripts/_benchkit.py assemble "$load_start" "$started" >/dev/null
+    fi
+    cat "$report"
+}
+report=docs/bench/container.md
+if [ -n "$RESULT" ]; then
+    mkdir -p "$(dirname "$RESULT")"
+    rm -f "$RESULT"
+    report="$RESULT.md"
+fi
+
+finish() {  # finish passed|failed|cannot [WHY]: the report, the result for the suite, the exit code
+    local status=$1 why=${2:-}
+    write_report
+    if [ -n "$RESULT" ]; then
+        python -m tests.helpers.container_image write "$RESULT" "$status" "$why" ${rows[@]+"${rows[@]}"} \
+            -- ${not_run[@]+"${not_run[@]}"}
+    fi
+    [ "$status" = passed ] && exit 0
+    exit 1
 }
 
 base_how="none"
 if [ "$(id -u)" != 0 ]; then
     say "needs root (buildah and podman with the system's storage): nothing built"
-    exit 1
+    finish cannot "needs root (buildah and podman with the system's storage): nothing built"
 fi
 missing=()
 for tool in buildah podman debootstrap runc; do have "$tool" || missing+=("$tool"); done
@@ -87,7 +118,7 @@ if [ ${#missing[@]} -gt 0 ] && have apt-get; then  # Debian's packages, under th
 fi
 if ! have buildah; then
     say "buildah is not installed (apt-get install buildah podman debootstrap): nothing built"
-    exit 1
+    finish cannot "buildah is not installed and could not be (apt-get install buildah podman debootstrap)"
 fi
 
 # -- 1. the base --------------------------------------------------------------------------------
@@ -101,8 +132,7 @@ else
         if ! have debootstrap; then
             say "no debootstrap to make a base (apt-get install debootstrap): nothing built"
             base_how="none (no registry, no debootstrap)"
-            write_report
-            exit 1
+            finish cannot "no registry serves $FROM_IMAGE and there is no debootstrap to make a base"
         fi
         rootfs="$CACHE/rootfs"
         rm -rf "$rootfs"
@@ -111,8 +141,7 @@ else
                 bookworm "$rootfs" http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1; then
             say "debootstrap failed: $(tail -1 "$WORK/debootstrap.log")"
             base_how="none (debootstrap failed)"
-            write_report
-            exit 1
+            finish cannot "no registry serves $FROM_IMAGE and debootstrap failed: $(tail -1 "$WORK/debootstrap.log" | cut -c1-200)"
         fi
         # Like the python image: pip may install into the system's Python (no PEP 668 marker), and the
         # base trusts the certificate authorities this machine trusts (its network may need them).
@@ -181,8 +210,7 @@ else
     say "the build failed: $(grep -v '^\s*$' "$WORK/build.log" | tail -3 | tr '\n' ' ' | cut -c1-400)"
     cp "$WORK/build.log" "$CACHE/build.log"
     row "image built (\`buildah build\`, deploy/docker/Dockerfile)" "failed (log: $CACHE/build.log)" "builds" "**NO**"
-    write_report
-    exit 1
+    finish failed "the build failed: $(grep -v '^\s*$' "$WORK/build.log" | tail -3 | tr '\n' ' ' | cut -c1-400)"
 fi
 
 # -- 3. a loop in it ----------------------------------------------------------------------------
@@ -261,5 +289,7 @@ PY
     row "processes of both containers left on the host" "$left" "0" "$([ "$left" = 0 ] && echo yes || echo '**NO**')"
 fi
 
-write_report
-[ "$failed" = 0 ]
+if [ "$failed" = 0 ]; then
+    finish passed
+fi
+finish failed "$(for r in "${rows[@]}"; do case "$r" in *'|**NO**') printf '%s; ' "${r%%|*}";; esac; done)"

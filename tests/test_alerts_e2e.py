@@ -251,7 +251,8 @@ def check_the_working_loop_raises_nothing_until_its_supervisor_is_killed(fleet: 
     about_working = [a["labels"] for _, a in before_kill if a["labels"].get("name") == "working"
                      or a["labels"].get("instance") == fleet.working.instance]
     assert about_working == []
-    notified = [a["labels"] for _, a in fleet.webhook.alerts("firing") if a["labels"].get("name") == "working"]
+    notified = [a["labels"] for at, a in fleet.webhook.alerts("firing")
+                if a["labels"].get("name") == "working" and at < fleet.seen["kill"]]
     assert notified == []
     # Only the stuck loop's own alerts fired at all.
     names = {a["labels"]["alertname"] for _, a in before_kill}
@@ -262,8 +263,10 @@ def check_a_supervisor_killed_with_sigkill_fires_supervisor_down(fleet: Fleet) -
     down = fleet.firing("RalphSupervisorDown", instance=fleet.working.instance)
     assert down and down[0][0] > fleet.seen["kill"]
     assert down[0][1]["labels"]["severity"] == "critical"
-    got = webhook_got(fleet, "RalphSupervisorDown", instance=fleet.working.instance)
-    assert got and "is down" in got[0]["annotations"]["summary"]
+    # Named after the loop its last heartbeat named, as the other alerts are.
+    got = webhook_got(fleet, "RalphSupervisorDown", instance=fleet.working.instance, name="working",
+                      workspace=str(fleet.working.workspace))
+    assert got and "is down (loop working)" in got[0]["annotations"]["summary"], got
 
 
 # -- the dashboard against the same Prometheus ----------------------------------------------------
@@ -316,7 +319,7 @@ def check_the_dashboard_shows_the_working_loop_with_no_trips(fleet: Fleet) -> No
 def check_the_dashboards_loop_variable_lists_both_loops(fleet: Fleet) -> None:
     board = json.loads(DASHBOARD.read_text())
     variable = next(v for v in board["templating"]["list"] if v["name"] == "workspace")
-    metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable["definition"]).groups()  # type: ignore[union-attr]
+    metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable["query"]["query"]).groups()  # type: ignore[union-attr]
     found = get_json(f"{fleet.prometheus.url}/api/v1/label/{label}/values?match[]={metric}"
                      f"&start={fleet.started:.0f}")["data"]
     assert sorted(found) == sorted([str(fleet.working.workspace), str(fleet.stuck.workspace)])

@@ -19,6 +19,7 @@ from pathlib import Path
 import dockerfile
 import pytest
 
+from ralph_supervisor import registry
 from ralph_supervisor.container import proc_mount_problem
 from tests.helpers.supervise import EXAMPLES, REPO, events, wait_for
 
@@ -245,7 +246,7 @@ def _start_and_signal_at_once(argv: list[str], cwd: Path, registry: Path, env: d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("as_pid_1", [False, True], ids=["process", "pid-1"])
-def test_a_sigterm_during_start_up_ends_the_run_with_143_and_no_entry_left(
+def test_a_sigterm_during_start_up_ends_the_run_with_143_and_its_entry_marked_ended(
     as_pid_1: bool, tmp_path: Path, private_registry: Path, request: pytest.FixtureRequest
 ):
     """Before the event loop's handlers exist a SIGTERM would kill the supervisor without unregistering, or,
@@ -255,5 +256,6 @@ def test_a_sigterm_during_start_up_ends_the_run_with_143_and_no_entry_left(
     workspace.mkdir()
     argv = [*prefix, *entrypoint(state, workspace, "sleep", "600")]
     assert _start_and_signal_at_once(argv, workspace, private_registry, container_env()) == 143
-    assert list(private_registry.iterdir()) == []
+    listed = registry.read_registry(private_registry).entries  # not left as if it still ran
+    assert [(e.ended, e.exit_code) for e in listed] == [(True, 143)]
     assert [e["code"] for e in events(state, "supervisor_stopped")] == [143]

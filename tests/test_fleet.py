@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from ralph_supervisor import fleet, fleet_view, registry
+from ralph_supervisor import fleet, fleet_view, registry, store
 from ralph_supervisor.values import parse_time
 from tests.helpers import state_dir_of
 from tests.helpers.supervise import REPO, events, start, supervise_argv, wait_for
@@ -111,6 +111,41 @@ def test_register_writes_a_private_entry_and_remove_takes_only_its_own(tmp_path:
     entry.remove()  # twice is harmless
 
 
+def test_an_ended_entry_keeps_its_end_and_code_is_not_alive_and_a_successor_replaces_it(tmp_path: Path):
+    folder = tmp_path / "reg"
+    ws = tmp_path / "proj"
+    entry = registry.register(workspace=ws, state_dir=ws / "s", name="proj", command=("ralph",), folder=folder)
+    ended = entry.mark_ended(2, at="2026-12-02T04:12:00.000Z")
+    assert ended is not None and ended.ended and (ended.ended_at, ended.exit_code) == ("2026-12-02T04:12:00.000Z", 2)
+    assert registry.read_registry(folder).entries == (ended,)
+    assert oct(entry.path.stat().st_mode & 0o777) == "0o600"
+    # Our own pid still runs, yet the entry says it ended: not alive, whatever holds the pid now.
+    assert not registry.is_alive(ended, registry.start_ticks(os.getpid()), registry.current_boot_id())
+    assert entry.mark_ended(0) is None and ended.mark_ended(0) is None  # marked once
+    entry.remove()
+    assert entry.path.exists(), "an ended entry stays until ls --prune"
+    successor = {**entry.to_dict(), "pid": entry.pid + 1}  # a new supervisor for the same folder
+    store.atomic_write_bytes(entry.path, json.dumps(successor).encode())
+    assert entry.mark_ended(1) is None  # the predecessor cannot mark its successor's entry
+    assert not registry.read_registry(folder).entries[0].ended
+
+
+def test_prune_never_removes_a_running_supervisors_entry_and_forget_removes_its_folders(tmp_path: Path):
+    folder = tmp_path / "reg"
+    ws = tmp_path / "proj"
+    entry = registry.register(workspace=ws, state_dir=ws / "s", name="proj", command=(), folder=folder)
+    ended = entry.mark_ended(0)
+    assert ended is not None
+    registry.register(workspace=ws, state_dir=ws / "s", name="proj", command=(), folder=folder)  # started again
+    assert registry.prune([entry.path]) == ([], []) and entry.path.exists()  # read as ended, running by now
+    ended = registry.parse_entry(entry.path, entry.path.read_bytes()).mark_ended(0)
+    other = registry.register(workspace=tmp_path / "o", state_dir=tmp_path / "o" / "s", name="o", command=(),
+                              folder=folder)
+    assert ended is not None and registry.forget_state_dir(ws / "s", [folder]) == [entry.path]
+    assert [e.path for e in registry.read_registry(folder).entries] == [other.path]
+    assert registry.forget_state_dir(tmp_path / "o" / "s", [folder]) == []  # running: left alone
+
+
 def test_an_unwritable_registry_is_one_clear_error(tmp_path: Path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -187,12 +222,28 @@ def test_a_row_shows_what_the_state_folder_says_including_keys_other_parts_add(t
     row = fleet.loop_row(entry, alive=True)
     assert (row.state, row.trigger, row.iteration, row.tokens_used, row.cost_usd, row.final) == (
         "OPEN", "cost-budget", 12, 48_200, 3.5, True)
-    assert "stopped for good" in row.note and "usage limit until" in row.note
+    assert "stopped for good" in row.note and "usage limit until" in row.note and not row.ended
     now = parse_time("2026-12-01T12:13:00.000Z")
     assert now is not None
     name, state, trigger, it, spend, pid, since, alive, where, _ = fleet.cells(row, now)
     assert (name, state, trigger, it, spend, pid, since, alive, where) == (
         "nightly", "OPEN", "cost-budget", "12", "48.2k tok $3.50", "7", "2h13m", "yes", str(ws))
+
+
+def test_an_ended_loop_reads_ended_with_its_time_and_code_and_no_limit_wait(tmp_path: Path):
+    ws = tmp_path / "proj"
+    state_folder(ws, state="OPEN", trigger="no-progress", iteration=9, final=True,
+                 limit_until="2026-12-01T15:28:00.000Z")
+    entry = registry.parse_entry(Path("e.json"), json.dumps(
+        {"pid": 7, "workspace": str(ws), "state_dir": str(ws / ".ralph-supervise"), "name": "nightly",
+         "started_at": "2026-12-01T10:00:00.000Z", "ended_at": "2026-12-01T12:00:00.000Z",
+         "exit_code": 2}).encode())
+    row = fleet.loop_row(entry, alive=False)
+    assert row.ended and (row.ended_at, row.exit_code) == ("2026-12-01T12:00:00.000Z", 2)
+    assert row.note.startswith("ended ") and ", exit 2; stopped for good" in row.note
+    assert "usage limit" not in row.note  # the wait ended with the supervisor
+    assert fleet.cells(row, time.time())[7] == "ended"
+    assert row.to_json()["ended"] is True and row.to_json()["exit_code"] == 2
 
 
 @pytest.mark.parametrize("content, note", [
@@ -274,7 +325,7 @@ def test_ls_lists_live_and_stale_entries_says_what_it_skipped_and_prune_cleans(t
     assert next(r for r in as_json if r["name"] == "live")["state_dir"] == str(live_ws / ".ralph-supervise")
 
     pruned = cli("ls", "--prune", env=env)
-    assert pruned.returncode == 0 and "removed 3 stale or unreadable entries" in pruned.stderr
+    assert pruned.returncode == 0 and "removed 3 ended, stale or unreadable entries" in pruned.stderr
     assert [line.split()[0] for line in pruned.stdout.splitlines()[1:]] == ["live"]
     assert sorted(p.name for p in folder.iterdir()) == sorted([live.name, "keep.json"])
     assert not dead.exists() and not reused.exists()
@@ -376,7 +427,19 @@ def test_many_loops_are_listed_watched_and_cleaned_up(tmp_path: Path, private_re
 
         winner.send_signal(signal.SIGTERM)
         assert winner.wait(timeout=30) == 143
-        assert json.loads(cli("ls", "--json").stdout) == []  # removed at exit
+        ended = json.loads(cli("ls", "--json").stdout)  # still listed, marked ended, until ls --prune
+        assert [(r["workspace"], r["alive"], r["ended"], r["exit_code"]) for r in ended] == [
+            (str(alpha), False, True, 143)]
+        assert parse_time(ended[0]["ended_at"]) is not None and ", exit 143" in ended[0]["note"]
+        line = cli("ls").stdout.splitlines()[1].split()
+        assert "ended" in line and line[line.index("ended") + 1] == str(alpha), line  # ALIVE, then WORKSPACE
+        frame = cli("watch", "--all", "--once", env={"COLUMNS": "200"})
+        assert "1 loop (1 ended)" in frame.stdout, frame.stdout
+        status = json.loads(cli("status", "--json", "-w", str(alpha)).stdout)
+        assert not status["supervisor"]["running"] and status["state"] == "CLOSED"
+        pruned = cli("ls", "--prune")
+        assert "removed 1 ended, stale or unreadable entry" in pruned.stderr
+        assert json.loads(cli("ls", "--json").stdout) == []
         assert list(private_registry.iterdir()) == []
     finally:
         for proc in procs:

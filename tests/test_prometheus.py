@@ -102,7 +102,7 @@ def test_the_dashboard_has_one_row_per_loop_with_state_iterations_spend_and_trip
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     loops = variables["workspace"]
-    assert loops["multi"] and loops["includeAll"] and "ralph_supervise_breaker_state" in loops["definition"]
+    assert loops["multi"] and loops["includeAll"] and "ralph_supervise_breaker_state" in loops["query"]["query"]
     rows = [p for p in board["panels"] if p["type"] == "row"]
     assert len(rows) == 1 and rows[0]["repeat"] == "workspace" and rows[0]["title"] == "$workspace"
     inside = [p for p in board["panels"] if p["type"] != "row"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from tests.helpers import state_dir_of
 from tests.helpers.serve import frozen, start_serve, tree_pids
-from tests.helpers.supervise import LOOP, events, loop_env, start, wait_for
+from tests.helpers.supervise import LOOP, REPO, events, loop_env, start, supervise_argv, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -110,7 +111,17 @@ def test_the_page_pauses_resumes_and_stops_a_loop_and_shows_an_open_live(tmp_pat
         assert answer.value.json() == {"ok": True, "message": "the tree is stopped; the supervisor exits"}
         assert busy.wait(timeout=60) == 0
         wait_for(lambda: not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], what="the stopped tree gone")
-        expect(page.locator("article.card")).to_have_count(1, timeout=30_000)  # gone, no reload
+        busy_card.locator("[data-ended=ended]").wait_for(timeout=30_000)    # marked ended, no reload, still listed
+        expect(page.locator("article.card")).to_have_count(2)
+        assert "exit 0" in busy_card.inner_text() and "ls --prune" in busy_card.inner_text()
+        assert "stop: the tree is stopped" in busy_card.locator("[data-answer]").inner_text()
+        assert busy_card.locator("button[data-action=pause]").is_disabled()
+        assert busy_card.locator("button[data-action=reset]").is_enabled()   # reset works without a supervisor
+        page.screenshot(path=str(tmp_path / "ended.png"), full_page=True)
+        pruned = subprocess.run(supervise_argv("ls", "--prune"), capture_output=True, text=True, timeout=30,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert "removed 1 ended" in pruned.stderr, pruned.stderr
+        expect(page.locator("article.card")).to_have_count(1, timeout=30_000)  # pruned: gone, no reload
         assert "busy has ended. stop: the tree is stopped" in page.locator("p[data-ended]").inner_text()
         assert page.evaluate("window.__notReloaded") is True
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.client as httpclient
 import json
+import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -26,7 +28,7 @@ from tests.helpers.serve import (
     tree_pids,
     wait_loops,
 )
-from tests.helpers.supervise import LOOP, events, loop_env, start, wait_for
+from tests.helpers.supervise import LOOP, REPO, events, loop_env, start, supervise_argv, wait_for
 
 FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false")
 
@@ -289,7 +291,7 @@ def test_garbage_in_the_registry_and_a_dead_supervisor_are_shown_not_fatal(tmp_p
 
 
 @pytest.mark.slow
-def test_the_streams_show_an_open_a_new_loop_and_a_loop_that_ends_without_a_reload(tmp_path: Path):
+def test_the_streams_show_an_open_a_new_loop_a_loop_that_ends_and_its_prune_without_a_reload(tmp_path: Path):
     stuck = supervise(tmp_path / "stuck", "stuck", "--no-progress", "3", "--cooldown", "60")
     serve = start_serve(tmp_path / "home")
     other = None
@@ -314,9 +316,25 @@ def test_the_streams_show_an_open_a_new_loop_and_a_loop_that_ends_without_a_relo
         assert escalation.headers["content-security-policy"].startswith("sandbox")
         other = supervise(tmp_path / "other")
         listing.until(lambda k, d: k == "loops" and len(d["loops"]) == 2, "the new loop")
+        other_id = next(r["id"] for r in wait_loops(serve, cookie, 2) if r["id"] != loop_id)
+        other_page = Stream(serve.port, f"/api/loop/{other_id}/stream", cookie)
         other.terminate()
         other.communicate(timeout=30)
-        listing.until(lambda k, d: k == "loops" and [r["id"] for r in d["loops"]] == [loop_id], "the ended loop gone")
+
+        def ended(kind: str, data: Any) -> bool:
+            rows = {r["id"]: r for r in data["loops"]} if kind == "loops" else {}
+            return other_id in rows and rows[other_id]["ended"] and rows[other_id]["exit_code"] == 143
+
+        _kind, data, _at = listing.until(ended, "the ended loop marked ended, still listed")
+        row = next(r for r in data["loops"] if r["id"] == other_id)
+        assert row["ended_at"] and ", exit 143" in row["note"] and not row["alive"]
+        other_page.until(lambda k, d: k == "row" and d["ended"] and d["exit_code"] == 143, "its page told")
+        pruned = subprocess.run(supervise_argv("ls", "--prune"), capture_output=True, text=True, timeout=30,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert "removed 1 ended" in pruned.stderr, pruned.stderr
+        listing.until(lambda k, d: k == "loops" and [r["id"] for r in d["loops"]] == [loop_id], "the pruned loop gone")
+        other_page.until(lambda k, d: k == "gone", "its page told it left the registry")
+        other_page.close()
         page.close()
         listing.close()
     finally:

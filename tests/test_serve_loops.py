@@ -92,6 +92,22 @@ def test_a_supervisor_that_died_is_noticed_within_the_alive_interval(tmp_path: P
             stand_in.wait()
 
 
+def test_a_loop_whose_supervisor_ended_stays_marked_ended_until_its_entry_is_pruned(tmp_path: Path):
+    folder = tmp_path / "registry"
+    loops = Loops([folder], clock=Clock())
+    ident = add_loop(folder, tmp_path, "night")
+    loops.poll()
+    entry = loops.get(ident).entry  # type: ignore[union-attr]
+    assert entry.mark_ended(2, at="2026-12-02T04:12:00.000Z") is not None   # as the supervisor does at exit
+    assert loops.poll() == {ident}                  # at once: the entry's rename moved the folder's stamp
+    row = loops.rows()[0]
+    assert row["ended"] and not row["alive"] and (row["ended_at"], row["exit_code"]) == ("2026-12-02T04:12:00.000Z", 2)
+    assert ", exit 2" in row["note"] and row["state"] == "CLOSED"
+    assert loops.poll() == set()
+    assert registry.prune([entry.path]) == ([entry.path], [])
+    assert loops.poll() == {ident} and loops.rows() == []
+
+
 def test_garbage_in_the_registry_and_the_state_folder_is_a_problem_line_not_an_error(tmp_path: Path):
     folder = tmp_path / "registry"
     ident = add_loop(folder, tmp_path, "odd")

@@ -260,7 +260,8 @@ def test_a_run_keeps_nothing_in_the_workspace_and_commands_find_its_state_from_t
 
 
 @pytest.mark.slow
-def test_a_folder_given_with_state_dir_is_found_through_the_registry_while_it_runs(tmp_path: Path) -> None:
+def test_a_folder_given_with_state_dir_is_found_through_the_registry_while_it_runs_and_after(
+        tmp_path: Path) -> None:
     ws = tmp_path / "proj"
     ws.mkdir()
     volume = tmp_path / "volume"
@@ -277,6 +278,8 @@ def test_a_folder_given_with_state_dir_is_found_through_the_registry_while_it_ru
             proc.kill()
             proc.wait()
     assert not state_dir_of(ws).exists()
+    ended = json.loads(cli("status", "--json", "-w", str(ws)).stdout)  # its ended entry still names the folder
+    assert ended["state_dir"] == str(volume) and not ended["supervisor"]["running"]
 
 
 @pytest.mark.slow
@@ -408,9 +411,13 @@ def test_forget_asks_first_and_removes_only_a_state_folder_no_supervisor_holds(t
         def isatty(self) -> bool:
             return True
 
+    ended = registry.register(workspace=ws, state_dir=state, name="ws", command=("loop",)).mark_ended(0)
+    assert ended is not None  # a run that ended: listed until ls --prune, or until its folder is forgotten
     assert forget(ws, state, yes=False, stdin=Terminal("n\n"), stdout=out, stderr=err) == 1 and state.is_dir()
+    assert ended.path.exists()
     assert forget(ws, state, yes=False, stdin=Terminal("y\n"), stdout=out, stderr=err) == 0
     assert not state.exists() and "[y/N]" in out.getvalue() and f"removed {state}" in out.getvalue()
+    assert not ended.path.exists(), "ls would list a loop whose state is gone"
     mine = tmp_path / "not-ours"
     mine.mkdir()
     (mine / "thesis.tex").write_text("years of work\n")

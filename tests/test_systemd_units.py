@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ralph_supervisor import registry
 from tests.helpers import REPO
 UNITS = REPO / "systemd"
 INSTALL = REPO / "scripts" / "install-systemd.sh"
@@ -333,7 +334,8 @@ def test_two_instances_of_the_template_run_side_by_side_and_ls_reads_both(
         for proc in procs:
             proc.send_signal(signals.SIGTERM)  # systemctl --user stop (KillMode=mixed: the supervisor first)
         assert [proc.wait(timeout=30) for proc in procs] == [143, 143]  # in SuccessExitStatus
-        assert list((runtime / "ralph-supervise").glob("*.json")) == []
+        entries = registry.read_registry(runtime / "ralph-supervise").entries  # marked ended, until ls --prune
+        assert sorted((e.ended, e.exit_code) for e in entries) == [(True, 143), (True, 143)]
         assert list((runtime / "ralph-supervise" / "runs").iterdir()) == []
     finally:
         for proc in procs:

@@ -221,7 +221,9 @@ class Loops:
         state_stamp = _stamp_str(loop._state_file)
         events_stamp = _stamp_str(loop._events_file)
         alive = loop.alive
-        if alive is None or now - loop.alive_checked >= ALIVE_EVERY_S:
+        if loop.entry.ended:
+            alive = False  # it said so at exit: nothing to look up in /proc
+        elif alive is None or now - loop.alive_checked >= ALIVE_EVERY_S:
             alive = registry.is_alive(loop.entry, registry.start_ticks(loop.entry.pid), self._boot)
             loop.alive_checked = now
         others = tuple(os.path.exists(p) for p in loop._other_files)

@@ -97,12 +97,14 @@ async function act(row, action) {
 }
 
 function actions(row) {
-  const busy = Boolean(pending[row.id]) || row.ended;
+  const waiting = Boolean(pending[row.id]);
+  const busy = waiting || row.ended;   // an ended loop has no supervisor to ask; reset works without one
   const box = el("div", {class: "actions"});
-  const button = (action, label, cls) => el("button", {
-    type: "button", class: cls, disabled: busy, "data-action": action,
+  const button = (action, label, cls, off) => el("button", {
+    type: "button", class: cls, disabled: off, "data-action": action,
     onclick: () => act(row, action)}, label);
-  box.append(button("pause", "Pause"), button("resume", "Resume"), button("reset", "Reset"));
+  box.append(button("pause", "Pause", null, busy), button("resume", "Resume", null, busy),
+             button("reset", "Reset", null, waiting));
   box.append(el("button", {type: "button", class: "danger", disabled: busy, "data-action": "stop",
     onclick: () => { confirming[row.id] = true; rerender(); }}, "Stop…"));
   const wrap = el("div", {}, box);
@@ -122,7 +124,8 @@ function actions(row) {
 function card(row, linked) {
   const title = linked ? el("a", {href: `/loop/${encodeURIComponent(row.id)}`, text: row.name}) : el("span", {text: row.name});
   const head = el("h2", {}, title, el("span", {class: `badge ${row.state}`, "data-state": row.state, text: row.state}));
-  if (row.ended) head.append(el("span", {class: "badge ended", text: "ended (ls --prune removes it)"}));
+  if (row.ended) head.append(el("span", {class: "badge ended", "data-ended": row.ended_at ? "ended" : "died",
+    text: row.ended_at ? "ended" : "supervisor gone"}));
   const facts = el("dl", {});
   const fact = (name, value) => { if (value !== null && value !== undefined && value !== "") facts.append(el("dt", {text: name}), el("dd", {text: value})); };
   fact("workspace", row.workspace);
@@ -132,6 +135,8 @@ function card(row, linked) {
   fact("spend", spend(row));
   if (row.limit_until) fact("limit wait", `until ${new Date(row.limit_until).toLocaleString()}`);
   if (row.verify) fact("verify", `it${row.verify.iteration}: ${row.verify.passed} passed, ${row.verify.failed} failed, ${row.verify.errors} errors`);
+  if (row.ended && !row.ended_at) fact("ended", "its supervisor died without saying so (killed?)");
+  if (row.ended) fact("listed", "until ralph-supervise ls --prune");
   fact("note", row.note);
   const node = el("article", {class: "card", "data-loop": row.id}, head, facts);
   if (row.spark && row.spark.length) node.append(sparkline(row.spark));
@@ -243,8 +248,10 @@ function renderLoop() {
     main.replaceChildren(el("div", {id: "gone"}), el("div", {id: "loop-card"}), el("p", {id: "links"}),
                          el("div", {id: "report"}), section("Events", el("ul", {class: "events", id: "events"})));
   }
-  fill(document.getElementById("gone"), String(gone), () =>
-    gone ? el("p", {class: "banner", text: "This loop's supervisor has ended: it left the registry."}) : []);
+  const ended = row && row.ended_at ? `This loop ended (exit ${row.exit_code ?? "?"}); it stays listed until ralph-supervise ls --prune.` : "";
+  fill(document.getElementById("gone"), String(gone) + ended, () =>
+    gone ? el("p", {class: "banner", text: "This loop left the registry (ls --prune, or forget)."})
+      : ended ? el("p", {class: "banner", "data-ended": "", text: ended}) : []);
   if (row) {
     fill(document.getElementById("loop-card"), cardKey(row), () => card(row, false));
     fill(document.getElementById("links"), JSON.stringify([row.report, row.escalation]), () => [
