@@ -67,9 +67,11 @@ def committed_states(workspace: Path, head_before: str, head_after: str,
     out: list[dict[str, bytes]] = []
     for commit in commits:
         try:
-            out.append(_blobs(git, commit, prefix, wanted))
+            found_states = _blobs(git, commit, prefix, wanted)
         except SnapshotError:
             continue
+        if found_states:
+            out.append(found_states)
     return out
 
 
