@@ -192,7 +192,8 @@ class SnapshotKeeper:
         files_at_start = start.files if start is not None else None
         s = self.settings
         candidates = discard_candidates(net.start, net.end)
-        if candidates:  # files the call replaced: back at a commit's version? (one `git cat-file` for them all)
+        could = judge([*lost, *candidates], files_at_start, s.destructive_files, s.destructive_share) is not None
+        if could:  # enough files replaced to matter: back at a commit's version? (one `git cat-file` for them all)
             discarded = reverted(candidates, committed_states(self.workspace, net.head_before, net.head_after,
                                                               candidates))
         found = judge([*lost, *discarded], files_at_start, s.destructive_files, s.destructive_share,
