@@ -54,7 +54,8 @@ HASH_DIGITS = 12
 ROOTS_MAX = 4
 """Root commits a state folder records (a repository with more, merged from unrelated histories, is matched
 by these)."""
-ROOTS_TIMEOUT_S = 10.0
+ROOTS_TIMEOUT_S = 5.0
+"""Finding the root commits walks the history (fast with a commit-graph); past this, not again for that folder."""
 _HEX = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 
 
@@ -207,6 +208,8 @@ class Origin:
     created: str = ""
     roots: tuple[str, ...] = ()
     """The root commits of the workspace's repository: what a moved or renamed workspace is known by."""
+    roots_timed_out: bool = False
+    """Finding them took longer than ROOTS_TIMEOUT_S: not tried again at each start."""
 
 
 def read_origin(state_dir: Path) -> Origin | None:
@@ -220,12 +223,14 @@ def read_origin(state_dir: Path) -> Origin | None:
     created = data.get("created")
     roots = data.get("roots")
     roots = tuple(r for r in roots if isinstance(r, str) and _HEX.fullmatch(r))[:ROOTS_MAX] if isinstance(roots, list) else ()
-    return Origin(data["workspace"], created if isinstance(created, str) else "", roots)
+    return Origin(data["workspace"], created if isinstance(created, str) else "", roots,
+                  data.get("roots_timed_out") is True)
 
 
-def root_commits(workspace: Path) -> tuple[str, ...]:
+def root_commits(workspace: Path, timeout: float | None = None) -> tuple[str, ...] | None:
     """The root commits of the repository the workspace is in (sorted; () without git, a repository or a
-    commit). They stay when the folder is moved or renamed, and a clone has them too."""
+    commit; None when git took longer than `timeout`). They stay when the folder is moved or renamed, and a
+    clone has them too."""
     git = shutil.which("git")
     if git is None:
         return ()
@@ -233,7 +238,10 @@ def root_commits(workspace: Path) -> tuple[str, ...]:
     env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C", GIT_TERMINAL_PROMPT="0")
     try:
         done = subprocess.run([git, "-C", str(workspace), "rev-list", "--max-parents=0", "HEAD"], env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=ROOTS_TIMEOUT_S, check=False)
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=ROOTS_TIMEOUT_S if timeout is None else timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None
     except (OSError, subprocess.SubprocessError):
         return ()
     if done.returncode != 0:
@@ -247,15 +255,17 @@ def write_origin(workspace: Path, state_dir: Path) -> None:
     it already says so)."""
     real = os.path.realpath(workspace)
     known = read_origin(state_dir)
-    if known is not None and known.workspace == real and known.roots:
+    if known is not None and known.workspace == real and (known.roots or known.roots_timed_out):
         return
     roots = root_commits(Path(real))
-    if known is not None and known.workspace == real and not roots:
-        return
+    if known is not None and known.workspace == real and roots == ():
+        return  # no repository (or no commit) yet: looked for again at the next start
     created = known.created if known is not None and known.workspace == real and known.created else store.iso_utc()
     data: dict[str, Any] = {"workspace": real, "created": created}
     if roots:
         data["roots"] = list(roots)
+    elif roots is None:
+        data["roots_timed_out"] = True
     try:
         store.atomic_write_bytes(state_dir / ORIGIN_FILE, (json.dumps(data) + "\n").encode(), mode=0o600)
     except OSError:
@@ -317,7 +327,7 @@ def start_lines(given: str | None, workspace: Path, state_dir: Path, created: bo
                      f"is {state_dir} however it is named")
     if created and is_default(workspace, state_dir, env):
         mine = read_origin(state_dir)
-        roots = mine.roots if mine is not None and mine.workspace == real else root_commits(Path(real))
+        roots = mine.roots if mine is not None and mine.workspace == real else (root_commits(Path(real)) or ())
         moved = [(path, origin) for path, origin in same_repository(workspace, roots, env)
                  if not os.path.isdir(origin.workspace)]
         if moved:  # the same repository, its folder gone: moved or renamed

@@ -213,6 +213,30 @@ def test_a_moved_and_renamed_repository_is_known_by_its_root_commit_and_only_the
     assert not any("carry on" in line for line in lines), lines
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_roots_that_take_too_long_are_not_looked_for_at_every_start_and_a_first_commit_is_picked_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = tmp_path / "slow"
+    git_repo(slow)
+    monkeypatch.setattr(state_folder, "ROOTS_TIMEOUT_S", 0.0)  # a history too long to walk in time
+    state_folder.set_up(settings_for(slow))
+    origin = state_folder.read_origin(state_dir_of(slow))
+    assert origin is not None and origin.roots == () and origin.roots_timed_out
+    monkeypatch.setattr(state_folder, "ROOTS_TIMEOUT_S", 5.0)
+    state_folder.set_up(settings_for(slow))
+    assert state_folder.read_origin(state_dir_of(slow)) == origin, "not tried again"
+
+    fresh = tmp_path / "fresh"  # `git init`, no commit yet: the roots come with the first one
+    fresh.mkdir()
+    subprocess.run(["git", "-C", str(fresh), "init", "-q"], check=True)
+    state_folder.set_up(settings_for(fresh))
+    assert state_folder.read_origin(state_dir_of(fresh)).roots == ()  # type: ignore[union-attr]
+    shutil.rmtree(fresh)
+    root = git_repo(fresh)
+    state_folder.set_up(settings_for(fresh))
+    assert state_folder.read_origin(state_dir_of(fresh)).roots == (root,)  # type: ignore[union-attr]
+
+
 # ------------------------------------------------------------------------------------ the run's private folder
 
 
