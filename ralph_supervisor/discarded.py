@@ -68,7 +68,7 @@ def committed_states(workspace: Path, head_before: str, head_after: str,
     for commit in commits:
         try:
             found_states = _blobs(git, commit, prefix, wanted)
-        except SnapshotError:
+        except (SnapshotError, ValueError):  # git failed, or its answer was cut short
             continue
         if found_states:
             out.append(found_states)

@@ -176,7 +176,14 @@ class SnapshotKeeper:
         """The reason for a `destructive` open when ended iteration `number` destroyed, net, more than the
         thresholds allow of the work it began with; else None. It may run git on the user's repository
         (which replaced files went back to a commit): call it off the event loop, before the breaker judges
-        the iteration's report."""
+        the iteration's report. A fault of ours is one warning, never a lost report."""
+        try:
+            return self._verdict(number)
+        except Exception as exc:  # noqa: BLE001 - the iteration is still judged by the other rules
+            self._warn("destructive_unjudged", iteration=number, error=repr(exc)[:300])
+            return None
+
+    def _verdict(self, number: int) -> str | None:
         with self._lock:
             net = self._nets.pop(number, None)
             start = self._starts.pop(number, None)

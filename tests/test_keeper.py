@@ -330,3 +330,15 @@ def test_a_short_calls_late_report_is_judged_on_its_own_net_effect(ws: Path) -> 
     assert reason is not None and reason.startswith("iteration 3 deleted or emptied 9 files")
     assert "the snapshot of iteration 1 holds them" in reason
     keeper.close(3)
+
+
+def test_a_fault_in_the_verdict_is_one_warning_and_no_lost_report(ws: Path) -> None:
+    keeper = keeper_after_one_iteration(ws)
+    with capture_logs() as logs:
+        for n in (2, 3):
+            keeper.iteration_started(n)
+            keeper.iteration_ended(n, net=WorkspaceDelta(1, (), 0, start={"a.txt": 5}, end={"a.txt": ABSENT}))  # type: ignore[dict-item]
+            assert keeper.verdict(n) is None
+    unjudged = warnings(logs, "destructive_unjudged")
+    assert len(unjudged) == 1 and unjudged[0]["iteration"] == 2 and "TypeError" in unjudged[0]["error"]
+    keeper.close(3)
