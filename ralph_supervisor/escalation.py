@@ -184,8 +184,9 @@ def decide_next(residual: Residual, decision: Decision, has_errors: bool = True)
     """What a human must decide now (Markdown bullets); the escalation summary and the report share it."""
     if decision.trigger == "destructive":
         return [
-            "- Whether the agent meant to delete those files. If not, restore them from the snapshot below "
-            "before anything else, and change the prompt or the agent's permissions before resuming.",
+            "- Whether the agent meant to delete those files (or discard their uncommitted changes). If not, restore "
+            "them from the snapshot below before anything else, and change the prompt or the agent's permissions "
+            "before resuming.",
             "- If it did (a cleanup you asked for), resume: the next iteration is the trial.",
         ]
     if decision.trigger in CAPS:

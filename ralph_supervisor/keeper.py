@@ -1,9 +1,14 @@
 """The supervisor's side of the snapshots: when one is taken, and the trip when an iteration destroys.
 
 The supervisor makes a few calls (`start`, `saw` for every watcher change, `iteration_started`,
-`iteration_ended`, `opened`, `close`); the keeper does the rest on one thread of its own, so a
-snapshot never holds up the event loop or an action on the tree. Requests that pile up while a
+`iteration_ended`, `verdict`, `opened`, `close`); the keeper does the rest on one thread of its own, so
+a snapshot never holds up the event loop or an action on the tree. Requests that pile up while a
 snapshot runs are merged into one (the files can only be read as they are now).
+
+The `destructive` verdict is given when an iteration has ended, on its net effect (the watcher's
+states of each touched path at the call's start and end): what it deleted, emptied or reverted to a
+committed version, against the snapshot that held the workspace when it began. An agent that stashes
+and pops, or moves work away and back, within one call has destroyed nothing.
 
 Faults never stop supervision: git missing or a store that cannot be written turn snapshots off, a
 full disk pauses them (they resume when a later one succeeds), a broken store is moved aside and a new
@@ -11,10 +16,11 @@ one started. Each says so once.
 
 Usage (what `supervisor.py` does):
 
-    keeper = SnapshotKeeper(settings, on_destruction=lambda reason: ...)  # called on the watcher's thread
+    keeper = SnapshotKeeper(settings)
     keeper.start(iteration=0, ignored_prefixes=lambda: workspace.ignored_prefixes)
     keeper.saw(change)                      # every workspace Change
-    keeper.iteration_started(1); keeper.iteration_ended(1, events_lost=False)
+    keeper.iteration_started(1); keeper.iteration_ended(1, events_lost=False, net=delta)
+    reason = keeper.verdict(1)              # off the event loop: it may ask git; before the breaker judges
     keeper.close(iteration=1)
 """
 
@@ -32,9 +38,10 @@ from typing import Any
 import structlog
 
 from ralph_supervisor import kept_commits
-from ralph_supervisor.evidence.destruction import Destruction, DestructionWatch
+from ralph_supervisor.discarded import committed_states
+from ralph_supervisor.evidence.destruction import Destruction, destroyed_paths, discard_candidates, judge, reverted
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, read_text
-from ralph_supervisor.evidence.workspace import Change
+from ralph_supervisor.evidence.workspace import Change, WorkspaceDelta
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.records import Warnings
 from ralph_supervisor.settings import Settings
@@ -57,19 +64,19 @@ FULL_EVERY = 20
 """Every that many snapshots, look at every file (a watcher cannot see everything: a folder moved away
 whose files it never read, say)."""
 CLOSE_WAIT_S = 60.0
+AWAITING_MAX = 16
+"""Iterations whose verdict is still to be asked for (a caller that never asks does not grow us)."""
 
 
 class SnapshotKeeper:
     """Takes the workspace's snapshots and watches each iteration for destruction."""
 
-    def __init__(self, settings: Settings, *, on_destruction: Callable[[str], None],
-                 metrics: Callable[[], Any] = lambda: None,
+    def __init__(self, settings: Settings, *, metrics: Callable[[], Any] = lambda: None,
                  on_snapshot: Callable[[SnapshotInfo], None] = lambda info: None) -> None:
         self.settings = settings
         self.on_snapshot = on_snapshot
         """Called on the keeper's thread with every snapshot taken (the verify's feed)."""
         self.workspace = settings.workspace
-        self._on_destruction = on_destruction
         self._metrics = metrics
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -80,8 +87,13 @@ class SnapshotKeeper:
         self._thread: threading.Thread | None = None
         self._pending: set[str] | None = None
         """Paths changed since the last snapshot; None: look at everything next time."""
-        self._watch = DestructionWatch(settings.destructive_files, settings.destructive_share)
-        self._watching = False
+        self._starts: dict[int, SnapshotInfo | None] = {}
+        """The snapshot each running iteration began from (None: the one before was still being taken)."""
+        self._nets: dict[int, WorkspaceDelta] = {}
+        """Ended iterations' net effects, until their verdict."""
+        self._running = False
+        self._repository_gone_in: int | None = None
+        """The iteration during which the user's `.git` went (judged when it ends: it may come back)."""
         self._iteration = 0
         self._prefixes: Callable[[], Sequence[str]] = lambda: ()
         self._warnings = Warnings()
@@ -124,35 +136,78 @@ class SnapshotKeeper:
         self._submit(("open",))
         self._submit(("snapshot", iteration, "start"))
 
+    @property
+    def judging(self) -> bool:
+        """Whether the `destructive` trip is on (a threshold is not 0)."""
+        return self.settings.destructive_files > 0 or self.settings.destructive_share > 0
+
     def saw(self, change: Change) -> None:
-        """Every change the watcher records (its own thread): remembered for the next snapshot, and counted."""
+        """Every change the watcher records (its own thread): remembered for the next snapshot."""
         with self._lock:
             if self._pending is not None:
                 self._pending.add(change.path)
                 if len(self._pending) > PENDING_MAX:
                     self._pending = None
-            found = self._watch.saw(change) if self._watching else None
-            iteration = self._iteration
-        if found is not None:
-            self._on_destruction(self.destruction_reason(found, iteration))
 
     def iteration_started(self, number: int) -> None:
         with self._lock:
             self._iteration = number
+            self._running = True
             behind = self._busy in ("open", "snapshot") or any(job[0] == "snapshot" for job in self._jobs)
-            latest = self.latest
-            self._watch.begin(None if behind or latest is None else latest.files)
-            self._watching = self._watch.enabled
+            self._starts[number] = None if behind else self.latest
+            while len(self._starts) > AWAITING_MAX:
+                del self._starts[next(iter(self._starts))]
 
-    def iteration_ended(self, number: int, *, events_lost: bool = False) -> None:
-        """The iteration's report is in: snapshot the workspace it left (a full look when events were lost).
-        With short calls the next one may have begun already: its deletions are still watched."""
+    def iteration_ended(self, number: int, *, events_lost: bool = False, net: WorkspaceDelta | None = None) -> None:
+        """The iteration's report is in: keep its net effect for `verdict`, and snapshot the workspace it left
+        (a full look when events were lost). With short calls the next one may have begun already."""
         with self._lock:
             if number >= self._iteration:
-                self._watching = False
+                self._running = False
             if events_lost:
                 self._pending = None
+            if net is not None and self.judging:
+                self._nets[number] = net
+                while len(self._nets) > AWAITING_MAX:
+                    del self._nets[next(iter(self._nets))]
         self._submit(("snapshot", number, "iteration"))
+
+    def verdict(self, number: int) -> str | None:
+        """The reason for a `destructive` open when ended iteration `number` destroyed, net, more than the
+        thresholds allow of the work it began with; else None. It may run git on the user's repository
+        (which replaced files went back to a commit): call it off the event loop, before the breaker judges
+        the iteration's report. A fault of ours is one warning, never a lost report."""
+        try:
+            return self._verdict(number)
+        except Exception as exc:  # noqa: BLE001 - the iteration is still judged by the other rules
+            self._warn("destructive_unjudged", iteration=number, error=repr(exc)[:300])
+            return None
+
+    def _verdict(self, number: int) -> str | None:
+        with self._lock:
+            net = self._nets.pop(number, None)
+            start = self._starts.pop(number, None)
+            gone_in = self._repository_gone_in
+            if gone_in is not None and gone_in <= number:
+                self._repository_gone_in = None
+        if gone_in is not None and gone_in <= number and not os.path.lexists(self.workspace / ".git"):
+            return self._repository_reason(gone_in, start, number)
+        if net is None or not self.judging:
+            return None
+        lost = destroyed_paths(net.start, net.end)
+        discarded: list[str] = []
+        files_at_start = start.files if start is not None else None
+        s = self.settings
+        candidates = discard_candidates(net.start, net.end)
+        could = judge([*lost, *candidates], files_at_start, s.destructive_files, s.destructive_share) is not None
+        if could:  # enough files replaced to matter: back at a commit's version? (one `git cat-file` for them all)
+            discarded = reverted(candidates, committed_states(self.workspace, net.head_before, net.head_after,
+                                                              candidates))
+        found = judge([*lost, *discarded], files_at_start, s.destructive_files, s.destructive_share,
+                      discarded=len(discarded))
+        if found is None:
+            return None
+        return self.destruction_reason(found, number, start)
 
     def opened(self, trigger: str) -> None:
         """The breaker opened: mark the snapshot before it (for `snapshots`)."""
@@ -199,30 +254,63 @@ class SnapshotKeeper:
 
     def repository_gone(self) -> str | None:
         """The reason for a `destructive` open when the workspace's `.git` was there at start and is gone
-        now (once; None otherwise). The watcher never looks inside `.git`, so this is asked at every tick."""
-        if self.settings.destructive_files == 0 and self.settings.destructive_share == 0:
-            return None  # the destructive trip is off
+        now (once; None otherwise). The watcher never looks inside `.git`, so this is asked at every tick.
+        Gone while an iteration runs, it is judged when that iteration ends (`verdict`): moved away and back
+        within a call, it was not destroyed."""
+        if not self.judging:
+            return None
         had = self._had_repository
         if had is None:
             self._had_repository = (self.workspace / ".git").exists()
             return None
         if not had or os.path.lexists(self.workspace / ".git"):
             return None
+        with self._lock:
+            if self._repository_gone_in is not None:
+                return None  # already waiting for its iteration's end
+            if self._running:
+                self._repository_gone_in = self._iteration
+                return None
+            iteration = self._iteration
+        return self._repository_reason(iteration, None, None)
+
+    def _repository_reason(self, iteration: int, start: SnapshotInfo | None, before: int | None) -> str:
         self._had_repository = False  # said once
-        held = self._held_at_trip = self.latest
-        text = f"iteration {self._iteration} deleted the repository ({self.workspace / '.git'}); its commits are kept: " \
+        held = self._held_at_trip = self._existing(start, before)
+        text = f"iteration {iteration} deleted the repository ({self.workspace / '.git'}); its commits are kept: " \
                f"`ralph-supervise restore --commits -w {self.workspace}`"
         if held is not None:
             text += f"; the files are in the snapshot of iteration {held.iteration}: " \
                     f"`{restore_command(held.iteration, self.workspace)}`"
         return one_line(text, 400)
 
-    def destruction_reason(self, found: Destruction, iteration: int) -> str:
-        """The breaker's reason: the count, the snapshot that holds the files and the command, a few paths."""
-        held = self.latest
+    def _existing(self, start: SnapshotInfo | None, before: int | None = None) -> SnapshotInfo | None:
+        """The snapshot to name in a reason, only if the store still holds it: the iteration's start snapshot;
+        unknown, the newest taken before iteration `before` (None: the latest)."""
+        store = self.store
+        if store is None:
+            return None
+        held = start
+        try:
+            if held is None and before is not None:
+                held = next((i for i in reversed(store.list()) if i.iteration < before and i.kind != "restore"), None)
+            elif held is None:
+                held = self.latest
+            return held if held is not None and store.holds(held) else None
+        except SnapshotError:
+            return None
+
+    def destruction_reason(self, found: Destruction, iteration: int, start: SnapshotInfo | None = None) -> str:
+        """The breaker's reason: the count, the snapshot that holds the files (the one the iteration began
+        from, checked to be in the store) and the command, a few paths."""
+        held = self._existing(start, iteration)
         self._held_at_trip = held
         of = f" of the {found.files_at_start} it started with" if found.files_at_start else ""
-        text = f"iteration {iteration} deleted or emptied {found.count} files{of} ({found.why})"
+        if found.discarded:
+            text = (f"iteration {iteration} deleted, emptied or reverted {found.count} files{of} ({found.why}; "
+                    f"{found.discarded} back at a committed version, their uncommitted changes gone)")
+        else:
+            text = f"iteration {iteration} deleted or emptied {found.count} files{of} ({found.why})"
         if held is not None:
             text += (f"; the snapshot of iteration {held.iteration} holds them: "
                      f"`{restore_command(held.iteration, self.workspace)}`")
@@ -326,8 +414,10 @@ class SnapshotKeeper:
         took_ms = int((time.monotonic() - began) * 1000)
         self.latest = info
         self.count = store.count()
-        with self._lock:
-            self._watch.know_files_at_start(info.files)
+        with self._lock:  # iterations that began while it was taken begin from it
+            for number, began in self._starts.items():
+                if began is None and number > iteration:
+                    self._starts[number] = info
         if self.state == "paused":
             log.info("snapshots_resumed", iteration=iteration)
         self.state, self.problem = "on", None

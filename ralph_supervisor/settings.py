@@ -320,7 +320,7 @@ OPTIONS: tuple[Option, ...] = (
            "after a usage limit with a known reset time, keep the tree frozen this much longer",
            ("RALPH_SUPERVISE_LIMIT_WAIT_MARGIN",), metavar="SECONDS"),
     Option("destructive_files", "--destructive-files", _int(0), 25,
-           "open (destructive) when one iteration deletes or empties more than N files (0 = off)",
+           "open (destructive) when one iteration leaves more than N files deleted, emptied or reverted (0 = off)",
            ("RALPH_SUPERVISE_DESTRUCTIVE_FILES",), metavar="N"),
     Option("destructive_share", "--destructive-share", _number(0, 100), 30.0,
            "... or more than PCT %% of the files that existed at its start (0 = off)",

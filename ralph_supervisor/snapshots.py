@@ -548,6 +548,10 @@ class SnapshotStore:
     def size_on_disk(self) -> int:
         return _tree_size(self.path)[0]
 
+    def holds(self, info: SnapshotInfo) -> bool:
+        """Whether the store still keeps that snapshot (its ref is there: the budget may have dropped it)."""
+        return self._refs().get(f"{info.id:08d}") == info.commit
+
     def files_in(self, info: SnapshotInfo) -> list[str]:
         return list(self._tree_listing(info.commit))
 

@@ -18,6 +18,10 @@ supervisor of the workspace through the registry (wherever `--state-dir` put it:
 then the default place, then the folder of one that was killed without removing its entry, then a
 `.ralph-supervise/` an earlier version left in the workspace (until `run` moves it out, `move_old_folder`).
 
+A workspace moved or renamed is another path, so it gets a fresh folder; each folder records its
+workspace's path and its repository's root commits (`workspace.json`), so `run` names, in one line, the
+folder of the same repository whose workspace is gone, which `--state-dir` can take over.
+
     >>> default_state_dir(Path("/home/me/src/app"), {"XDG_STATE_HOME": "/home/me/.local/state"})  # doctest: +ELLIPSIS
     PosixPath('/home/me/.local/state/ralph-supervise/workspaces/app-...')
 """
@@ -31,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +51,12 @@ OLD_NAME = ".ralph-supervise"
 ORIGIN_FILE = "workspace.json"
 """In each state folder: which workspace it belongs to (for `ls --orphans`, `forget` and a moved workspace)."""
 HASH_DIGITS = 12
+ROOTS_MAX = 4
+"""Root commits a state folder records (a repository with more, merged from unrelated histories, is matched
+by these)."""
+ROOTS_TIMEOUT_S = 5.0
+"""Finding the root commits walks the history (fast with a commit-graph); past this, not again for that folder."""
+_HEX = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
 
 
 class StateFolderError(Exception):
@@ -195,6 +206,10 @@ class Origin:
 
     workspace: str
     created: str = ""
+    roots: tuple[str, ...] = ()
+    """The root commits of the workspace's repository: what a moved or renamed workspace is known by."""
+    roots_timed_out: bool = False
+    """Finding them took longer than ROOTS_TIMEOUT_S: not tried again at each start."""
 
 
 def read_origin(state_dir: Path) -> Origin | None:
@@ -206,21 +221,79 @@ def read_origin(state_dir: Path) -> Origin | None:
     if not isinstance(data, dict) or not isinstance(data.get("workspace"), str):
         return None
     created = data.get("created")
-    return Origin(data["workspace"], created if isinstance(created, str) else "")
+    roots = data.get("roots")
+    roots = tuple(r for r in roots if isinstance(r, str) and _HEX.fullmatch(r))[:ROOTS_MAX] if isinstance(roots, list) else ()
+    return Origin(data["workspace"], created if isinstance(created, str) else "", roots,
+                  data.get("roots_timed_out") is True)
+
+
+def root_commits(workspace: Path, timeout: float | None = None) -> tuple[str, ...] | None:
+    """The root commits of the repository the workspace is in (sorted; () without git, a repository or a
+    commit; None when git took longer than `timeout`). They stay when the folder is moved or renamed, and a
+    clone has them too."""
+    git = shutil.which("git")
+    if git is None:
+        return ()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C", GIT_TERMINAL_PROMPT="0")
+    try:
+        done = subprocess.run([git, "-C", str(workspace), "rev-list", "--max-parents=0", "HEAD"], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=ROOTS_TIMEOUT_S if timeout is None else timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    if done.returncode != 0:
+        return ()
+    found = {line for line in done.stdout.decode("ascii", "replace").split() if _HEX.fullmatch(line)}
+    return tuple(sorted(found))[:ROOTS_MAX]
 
 
 def write_origin(workspace: Path, state_dir: Path) -> None:
-    """Record the workspace's real path in its state folder (kept when it already says so)."""
+    """Record the workspace's real path and its repository's root commits in its state folder (kept when
+    it already says so)."""
     real = os.path.realpath(workspace)
     known = read_origin(state_dir)
-    if known is not None and known.workspace == real:
+    if known is not None and known.workspace == real and (known.roots or known.roots_timed_out):
         return
+    roots = root_commits(Path(real))
+    if known is not None and known.workspace == real and roots == ():
+        return  # no repository (or no commit) yet: looked for again at the next start
+    created = known.created if known is not None and known.workspace == real and known.created else store.iso_utc()
+    data: dict[str, Any] = {"workspace": real, "created": created}
+    if roots:
+        data["roots"] = list(roots)
+    elif roots is None:
+        data["roots_timed_out"] = True
     try:
-        store.atomic_write_bytes(state_dir / ORIGIN_FILE,
-                                 (json.dumps({"workspace": real, "created": store.iso_utc()}) + "\n").encode(),
-                                 mode=0o600)
+        store.atomic_write_bytes(state_dir / ORIGIN_FILE, (json.dumps(data) + "\n").encode(), mode=0o600)
     except OSError:
         pass  # a courtesy for ls --orphans; check_writable has proved the folder already
+
+
+def same_repository(workspace: Path, roots: tuple[str, ...],
+                    env: Mapping[str, str] | None = None) -> list[tuple[Path, Origin]]:
+    """Other state folders under the default place of a workspace of the same repository (a root commit in
+    common), oldest first (by when each was made)."""
+    if not roots:
+        return []
+    home = workspaces_home(env)
+    mine = default_state_dir(workspace, env)
+    real = os.path.realpath(workspace)
+    try:
+        names = sorted(os.listdir(home))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = home / name
+        if path == mine or not path.is_dir():
+            continue
+        origin = read_origin(path)
+        if origin is not None and origin.workspace != real and set(origin.roots) & set(roots):
+            found.append((path, origin))
+    return sorted(found, key=lambda item: item[1].created)
 
 
 def namesakes(workspace: Path, env: Mapping[str, str] | None = None) -> list[tuple[Path, Origin | None]]:
@@ -242,8 +315,10 @@ def namesakes(workspace: Path, env: Mapping[str, str] | None = None) -> list[tup
 def start_lines(given: str | None, workspace: Path, state_dir: Path, created: bool,
                 env: Mapping[str, str] | None = None) -> list[str]:
     """The lines `run` prints about where its state goes: a symlinked workspace (one folder with its
-    target), and, for a new default folder, a workspace of the same name elsewhere (its own folder, or
-    one whose workspace is gone: a moved workspace, which `--state-dir` can take over)."""
+    target), and, for a new default folder, the folder of a moved workspace that `--state-dir` can take
+    over: one of the same repository (a root commit in common) whose workspace is gone, else one of the
+    same folder name whose workspace is gone (not of another repository); or a workspace of the same
+    name elsewhere, which has its own folder."""
     lines = []
     real = os.path.realpath(workspace)
     shown = os.path.abspath(os.path.expanduser(given or "."))
@@ -251,8 +326,18 @@ def start_lines(given: str | None, workspace: Path, state_dir: Path, created: bo
         lines.append(f"workspace {shown} is reached through a symlink: it is {real}, whose state folder "
                      f"is {state_dir} however it is named")
     if created and is_default(workspace, state_dir, env):
+        mine = read_origin(state_dir)
+        roots = mine.roots if mine is not None and mine.workspace == real else (root_commits(Path(real)) or ())
+        moved = [(path, origin) for path, origin in same_repository(workspace, roots, env)
+                 if not os.path.isdir(origin.workspace)]
+        if moved:  # the same repository, its folder gone: moved or renamed
+            path, origin = moved[-1]
+            lines.append(f"a state folder of this repository (root commit {roots[0][:12]}) whose workspace is gone "
+                         f"({origin.workspace}: moved?) is {path}: pass --state-dir {path} to carry on with it")
+            return lines
         known = [(path, origin) for path, origin in namesakes(workspace, env) if origin is not None]
-        gone = [(path, origin) for path, origin in known if not os.path.isdir(origin.workspace)]
+        gone = [(path, origin) for path, origin in known if not os.path.isdir(origin.workspace)
+                and not (roots and origin.roots and not set(roots) & set(origin.roots))]  # not another repository
         if gone:  # a moved workspace, most likely: its history can be carried on
             path, origin = gone[-1]
             lines.append(f"a state folder of a workspace of the same name that is gone ({origin.workspace}) "

@@ -200,7 +200,7 @@ class Supervisor:
         self.hooks = HookRunner(settings.on_open_hook, cwd=settings.workspace, timeout=settings.hook_timeout,
                                 on_spawn=self.reaper.leave_alone)  # run_hook waits for its own process
         # the workspace's snapshots; their git processes are never the tree's
-        self.keeper = SnapshotKeeper(settings, on_destruction=self._destroying_threadsafe, metrics=lambda: self.metrics)
+        self.keeper = SnapshotKeeper(settings, metrics=lambda: self.metrics)
         self.verify = VerifyService.create(settings, self.keeper.store, self._verified_threadsafe)
         if self.verify is not None:
             self.keeper.on_snapshot = self.verify.snapshot_taken
@@ -571,6 +571,9 @@ class Supervisor:
             self.verify.observed(report)
         if report.number % TRIM_EVERY == 0:
             release_free_memory()
+        destroyed = await asyncio.to_thread(self.keeper.verdict, report.number)  # first: it precedes the rest
+        if destroyed is not None:
+            self._destroying(destroyed, report.number)
         decision = self.breaker.observe(report, now, daily_tokens_today=spend.tokens,
                                         daily_cost_today=spend.cost_usd)
         if decision.changed:
@@ -713,17 +716,12 @@ class Supervisor:
         except RuntimeError:
             pass
 
-    def _destroying_threadsafe(self, reason: str) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self._destroying, reason)
-        except RuntimeError:
-            pass
-
-    def _destroying(self, reason: str) -> None:
-        """The running iteration is destroying the workspace: open now, while it is still at it."""
+    def _destroying(self, reason: str, iteration: int | None = None) -> None:
+        """An iteration destroyed the workspace (the keeper's verdict, or the user's `.git` gone between
+        calls): open now."""
         if self._exiting():
             return
-        decision = self.breaker.destructive_open(reason, time.time())
+        decision = self.breaker.destructive_open(reason, time.time(), iteration)
         if decision.changed:
             self._spawn_task(self.apply(decision))
 
@@ -859,7 +857,7 @@ class Supervisor:
         """A finished call's report: its output read by the adapter of the agent that made it (or --agent's)."""
         from ralph_supervisor.agents import output_warnings, read_call
 
-        self.keeper.iteration_ended(call.number, events_lost=delta.events_lost)
+        self.keeper.iteration_ended(call.number, events_lost=delta.events_lost, net=delta)
         agent = None
         if call.text:
             agent = read_call(call.output_text(), name=call.name, argv=call.argv, agent=self.settings.agent, now=ended)

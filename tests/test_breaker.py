@@ -676,7 +676,7 @@ def test_a_call_without_a_reported_cost_adds_nothing() -> None:
     assert b.status()["cost_usd"] == 0.0 and b.status()["tokens_used"] == 0
 
 
-# -- destructive (judged live, from the workspace's changes) ---------------------------------------
+# -- destructive (judged on the iteration's net effect, before its report) ----------------------------
 
 
 def test_a_destructive_open_counts_but_waits_for_a_human_without_a_cooldown() -> None:

@@ -1,33 +1,32 @@
-"""The destruction count: files an iteration deletes or empties, judged change by change (pure)."""
+"""The destruction judgement: what an iteration deleted, emptied or reverted, on its net effect (pure)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ralph_supervisor.discarded import content_state
 from ralph_supervisor.evidence.destruction import (
     SHARE_MIN_FILES,
-    DestructionWatch,
+    destroyed_paths,
+    discard_candidates,
     is_destroyed,
+    judge,
+    reverted,
     threshold_crossed,
 )
-from ralph_supervisor.evidence.workspace import ABSENT, Change
+from ralph_supervisor.evidence.workspace import ABSENT
 from tests.helpers import held
 
 
-def change(path: str, before: bytes | None, after: bytes) -> Change:
-    return Change(path, 0.0, before, after)
-
-
-def test_deleting_more_than_n_files_trips_once_naming_a_few_of_them() -> None:
-    watch = DestructionWatch(max_files=3, max_share=0)
-    watch.begin(files_at_start=100)
-    found = [watch.saw(change(f"src/f{i}.py", held(b"x%d" % i), ABSENT)) for i in range(6)]
-    assert found[:3] == [None, None, None]
-    assert found[3] is not None and found[3].count == 4 and found[3].why == "more than 3 files"
-    assert found[3].sample == ("src/f0.py", "src/f1.py", "src/f2.py", "src/f3.py")
-    assert found[4:] == [None, None], "once per iteration"
-    assert watch.count == 6
+def test_deleting_more_than_n_files_trips_naming_a_few_of_them() -> None:
+    start = {f"src/f{i}.py": held(b"x%d" % i) for i in range(6)}
+    lost = destroyed_paths(start, {path: ABSENT for path in start})
+    assert lost == sorted(start)
+    found = judge(lost, files_at_start=100, max_files=3, max_share=0)
+    assert found is not None and found.count == 6 and found.why == "more than 3 files" and found.discarded == 0
+    assert found.sample == ("src/f0.py", "src/f1.py", "src/f2.py", "src/f3.py", "src/f4.py")
+    assert judge(lost[:3], files_at_start=100, max_files=3, max_share=0) is None, "3 is not more than 3"
 
 
 def test_a_share_of_the_files_trips_but_never_below_the_floor() -> None:
@@ -50,49 +49,48 @@ def test_emptied_files_count_and_edits_do_not() -> None:
     assert not is_destroyed(held(b""), held(b""))
 
 
-def test_files_created_and_removed_in_the_iteration_are_not_destruction() -> None:
-    watch = DestructionWatch(max_files=1, max_share=0)
-    watch.begin(files_at_start=5)
-    for i in range(10):
-        assert watch.saw(change(f"tmp/{i}", ABSENT, held(b"t"))) is None
-        assert watch.saw(change(f"tmp/{i}", held(b"t"), ABSENT)) is None
-    assert watch.count == 0
+def test_only_the_ends_count_so_what_came_back_by_the_end_was_not_destroyed() -> None:
+    """`git stash -u; pytest; git stash pop` and `mv src /tmp/x; ...; mv /tmp/x src` leave each path as it
+    began: the watcher's segment has the same state at both ends, and nothing is lost."""
+    start = {f"work/f{i}": held(b"w%d" % i) for i in range(40)} | {"tmp/scratch": ABSENT}
+    end = dict(start) | {"tmp/scratch": ABSENT}
+    assert destroyed_paths(start, end) == [] and discard_candidates(start, end) == {}
+    assert destroyed_paths({"a": held(b"a")}, {}) == [], "a path whose end is unknown is not judged"
+    assert destroyed_paths({"a": held(b"a")}, {"a": None}) == []
 
 
-def test_renamed_content_is_not_destroyed() -> None:
-    watch = DestructionWatch(max_files=2, max_share=0)
-    watch.begin(files_at_start=50)
-    for i in range(20):  # git mv src/a_i lib/a_i, event by event: the old name goes first
-        content = held(b"module %d" % i)
-        watch.saw(change(f"src/a{i}.py", content, ABSENT))
-        assert watch.saw(change(f"lib/a{i}.py", ABSENT, content)) is None
-    assert watch.count == 0
-    watch.saw(change("lib/a3.py", held(b"module 3"), ABSENT))  # then the moved copy is deleted too
-    assert watch.count == 1
+def test_renamed_content_is_not_destroyed_but_a_second_copy_lost_is() -> None:
+    start = {f"src/a{i}.py": held(b"module %d" % i) for i in range(20)} | {f"lib/a{i}.py": ABSENT for i in range(20)}
+    end = {f"src/a{i}.py": ABSENT for i in range(20)} | {f"lib/a{i}.py": held(b"module %d" % i) for i in range(20)}
+    assert destroyed_paths(start, end) == []  # git mv src lib
+    twins = {"x": held(b"same"), "y": held(b"same"), "z": ABSENT}
+    assert destroyed_paths(twins, {"x": ABSENT, "y": ABSENT, "z": held(b"same")}) == ["y"], "one copy moved, one lost"
+    unhashed = {"big": b"B99999999:1", "new": ABSENT}
+    assert destroyed_paths(unhashed, {"big": ABSENT, "new": b"B99999999:1"}) == ["big"], "unhashed: not shown to move"
 
 
-def test_a_file_restored_within_the_iteration_is_no_longer_counted() -> None:
-    watch = DestructionWatch(max_files=10, max_share=0)
-    watch.begin(files_at_start=10)
-    original = held(b"precious")
-    watch.saw(change("a.txt", original, ABSENT))
-    assert watch.count == 1
-    watch.saw(change("a.txt", ABSENT, original))
-    assert watch.count == 0
+def test_a_file_back_at_its_committed_version_lost_its_uncommitted_changes() -> None:
+    committed, work, other = content_state(b"v1\n"), content_state(b"v1\nthe agent's work\n"), content_state(b"v2\n")
+    start = {"reverted": work, "edited": work, "clean": committed, "unknown": None, "gone": work}
+    end = {"reverted": committed, "edited": other, "clean": other, "unknown": committed, "gone": ABSENT}
+    candidates = discard_candidates(start, end)
+    assert candidates == {"reverted": (work, committed), "edited": (work, other), "clean": (committed, other)}
+    head = {"reverted": committed, "edited": committed, "clean": committed}
+    assert reverted(candidates, [head]) == ["reverted"], "an edit is not a revert; a clean file had nothing to lose"
+    older = {"clean": other}
+    assert reverted(candidates, [head, older]) == ["clean", "reverted"], "HEAD moved back: its version counts too"
+    assert reverted(candidates, []) == [], "no repository: nothing is reverted"
+    found = judge(["gone", "reverted"], files_at_start=5, max_files=1, max_share=0, discarded=1)
+    assert found is not None and found.count == 2 and found.discarded == 1
 
 
-def test_a_new_iteration_starts_from_nothing_and_the_count_can_arrive_late() -> None:
-    watch = DestructionWatch(max_files=0, max_share=30.0)
-    watch.begin(files_at_start=None)
-    for i in range(5):
-        assert watch.saw(change(f"f{i}", held(b"%d" % i), ABSENT)) is None  # unknown start: no share yet
-    watch.know_files_at_start(10)
-    found = watch.saw(change("f9", held(b"9"), ABSENT))
-    assert found is not None and found.count == 6 and found.files_at_start == 10
-    watch.begin(files_at_start=10)
-    assert watch.count == 0
-    watch.know_files_at_start(99)
-    assert watch.files_at_start == 10, "a known count is not replaced"
+def test_content_state_is_the_watchers_state_of_a_file(tmp_path) -> None:
+    from ralph_supervisor.evidence.workspace import file_state
+
+    path = tmp_path / "f.bin"
+    for data in (b"", b"\x00\xff" * 5000, "ünïcode\r\n".encode()):
+        path.write_bytes(data)
+        assert content_state(data) == file_state(path) == held(data)
 
 
 paths = st.sampled_from([f"d/f{i}" for i in range(6)])
@@ -100,27 +98,22 @@ contents = st.sampled_from([ABSENT, held(b""), held(b"a" * 100), held(b"a" * 5),
 
 
 @settings(max_examples=150, deadline=None)
-@given(start=st.dictionaries(paths, contents.filter(lambda c: c != ABSENT)), steps=st.lists(st.tuples(paths, contents)))
-def test_the_running_count_equals_a_recount_from_scratch(start: dict[str, bytes], steps: list[tuple[str, bytes]]) -> None:
-    """However the changes come, the incremental count is: destroyed paths whose content no touched path holds."""
-    watch = DestructionWatch(max_files=1000, max_share=0)
-    watch.begin(files_at_start=len(start))
+@given(start=st.dictionaries(paths, contents), steps=st.lists(st.tuples(paths, contents)))
+def test_a_history_and_its_undoing_destroy_nothing_and_the_loss_never_exceeds_the_files_gone(
+        start: dict[str, bytes], steps: list[tuple[str, bytes]]) -> None:
+    """Whatever happens in between, the verdict reads the ends only: undo every step and nothing is lost; and
+    no more paths are lost than hold a state at the start that is gone or emptied at the end."""
     now = dict(start)
     first: dict[str, bytes] = {}
     for path, after in steps:
-        before = now.get(path, ABSENT)
-        if before == after:
-            continue  # the watcher reports real changes only
-        first.setdefault(path, before)
+        first.setdefault(path, now.get(path, ABSENT))
         now[path] = after
-        watch.saw(change(path, before, after))
-        destroyed: dict[bytes, int] = {}
-        for p, was in first.items():
-            if is_destroyed(was, now.get(p, ABSENT)):
-                destroyed[was] = destroyed.get(was, 0) + 1
-        holding: dict[bytes, int] = {}
-        for p in first:
-            if now.get(p, ABSENT) != ABSENT:
-                holding[now[p]] = holding.get(now[p], 0) + 1
-        expected = sum(max(0, n - holding.get(c, 0)) for c, n in destroyed.items())
-        assert watch.count == expected
+    begin = {path: start.get(path, ABSENT) for path in first}
+    assert destroyed_paths(begin, dict(begin)) == []
+    end = {path: now[path] for path in first}
+    lost = destroyed_paths(begin, end)
+    assert lost == sorted(set(lost)) and set(lost) <= {p for p in begin if is_destroyed(begin[p], end[p])}
+    kept = {state for state in end.values() if state[:1] == b"H"}
+    assert all(begin[p] not in kept or begin[p][:1] != b"H" or
+               sum(1 for q in begin if begin[q] == begin[p] and is_destroyed(begin[q], end[q]))
+               > sum(1 for q in end if end[q] == begin[p]) for p in lost), "a lost content is held by fewer paths"

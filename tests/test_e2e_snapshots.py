@@ -1,7 +1,8 @@
 """End to end: a real loop whose fake agent destroys work, the real supervisor, the real snapshot store.
 
 The agent is `examples/bin/claude` playing one shell script per call (FAKE_CLAUDE_CALLS_DIR): it runs
-`git reset --hard`, `git clean -fd`, `rm -rf src` or a slow mass deletion, as agents have done to users.
+`git reset --hard`, `git clean -fd`, `rm -rf src`, `git checkout -- .` or a slow mass deletion, as agents
+have done to users, and `git stash -u; ...; git stash pop`, which destroys nothing by the call's end.
 Each test proves several things with one supervisor run (the suite's time budget).
 """
 
@@ -162,13 +163,15 @@ def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_
         # 1: the agent's uncommitted work: an edit, a new executable file. Slow, so restore meets a running tree.
         c1="sleep 2; printf '# project\\nedited by the agent\\n' > README.md\n"
            "printf '#!/bin/sh\\necho step\\n' > src/step_1.sh; chmod 755 src/step_1.sh\n",
-        # 2: the disaster users report: all of it gone (few files: no trip), then 40 new files.
+        # 2: the disaster users report: all of it gone (3 of 5 files: no trip with the share rule off), then
+        # 40 new files.
         c2="git reset -q --hard && git clean -fdq\n"
            "mkdir -p src/gen; i=0; while [ $i -lt 40 ]; do echo \"gen $i\" > src/gen/f$i.py; i=$((i+1)); done\n",
-        # 3: a slow mass deletion: the breaker must open while it is still going on.
-        c3="for f in src/gen/*; do rm -f \"$f\"; sleep 0.1; done\n",
+        # 3: a slow mass deletion: judged on its net effect, when the call ends.
+        c3="for f in src/gen/*; do rm -f \"$f\"; sleep 0.05; done\n",
     )
-    proc = start(ws, *FAST, "--cooldown", "10", "--no-progress", "100", "--", str(LOOP), env=loop_env(steps))
+    proc = start(ws, *FAST, "--cooldown", "10", "--no-progress", "100", "--destructive-share", "0", "--", str(LOOP),
+                 env=loop_env(steps))
     state_dir = state_dir_of(ws)
     try:
         wait_for(lambda: events(state_dir, "iteration_started"), timeout=30, what="the first call")
@@ -182,8 +185,8 @@ def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_
         opened = next(h for h in history(state_dir) if h["to"] == "OPEN")
         assert opened["trigger"] == "destructive" and opened["iteration"] == 3
         assert f"restore 2 -w {ws}" in opened["reason"] and "src/gen/" in opened["reason"]
-        left = len(list((ws / "src" / "gen").iterdir()))
-        assert 0 < left < 40, f"the deletion was stopped in progress ({left} of 40 files left)"
+        assert not list((ws / "src" / "gen").iterdir()), "the call ran to its end before it was judged"
+        assert [e["iteration"] for e in events(state_dir, "iteration_finished")][-1] == 3
         frozen = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE}
         assert set(states(tree(proc.pid)).values()) <= frozen, [(p.name(), p.status()) for p in tree(proc.pid)]
         assert f"ralph-supervise restore 2 -w {ws}" in (state_dir / "escalation.md").read_text()
@@ -356,3 +359,43 @@ def test_deleting_the_repository_is_a_destructive_trip_and_its_commits_come_back
     back = cli(ws, "restore", "--commit", listed["the work"]["commit"], "--branch", "main")
     assert back.returncode == 0, back.stderr
     assert git(ws, "log", "--format=%s", "main").splitlines() == ["the work", "start"]
+
+
+def test_a_stash_popped_within_the_call_is_no_destruction_and_a_checkout_that_drops_the_work_is(tmp_path: Path) -> None:
+    """Judged on the net effect over each call: `git stash -u; tests; git stash pop`, work moved away and back,
+    and an attempt the agent reverts itself leave the work as it was; `git checkout -- .` over the uncommitted
+    edits of an earlier call drops them (30 files back at HEAD: more than 25), and the trip names the snapshot
+    that holds them."""
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    git(ws, "init", "-q", "-b", "main")
+    for i in range(40):
+        (ws / "src" / f"t{i}.py").write_text(f"committed {i}\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "start")
+    steps = calls(
+        tmp_path,
+        c1="mkdir -p work; i=0; while [ $i -lt 30 ]; do echo \"edit $i\" >> src/t$i.py; echo \"new $i\" > work/n$i.txt; "
+           "i=$((i+1)); done\n",
+        c2="git stash -u -q && sleep 1 && git stash pop -q\n",
+        c3="mv work ../away && sleep 0.5 && mv ../away work\n"
+           "for i in 30 31 32 33 34 35 36 37 38 39; do echo attempt >> src/t$i.py; done; sleep 0.3\n"
+           "git checkout -- src/t3?.py\n",
+        c4="git checkout -- .\n",
+    )
+    done = run(ws, *FAST, "--on-open", "stop", "--no-progress", "100", "--paraphrase", "0", "--", str(LOOP),
+               env=loop_env(steps), timeout=120)  # the same fake reply each call, and calls 2 and 3 change nothing
+    assert done.returncode == 2, done.stderr.decode()[-3000:]
+    state = state_dir_of(ws)
+    opened = [h for h in history(state) if h["to"] == "OPEN"]
+    assert [(h["trigger"], h["iteration"]) for h in opened] == [("destructive", 4)], opened
+    reason = opened[0]["reason"]
+    assert "iteration 4 deleted, emptied or reverted 30 files" in reason and "30 back at a committed version" in reason
+    assert f"restore 3 -w {ws}" in reason
+    assert [e["iteration"] for e in events(state, "iteration_finished")][:4] == [1, 2, 3, 4]
+    assert (ws / "src" / "t5.py").read_text() == "committed 5\n" and (ws / "work" / "n5.txt").exists()
+
+    back = cli(ws, "restore", "3", "src")
+    assert back.returncode == 0, back.stderr
+    for i in range(40):
+        assert (ws / "src" / f"t{i}.py").read_text() == f"committed {i}\n" + (f"edit {i}\n" if i < 30 else "")

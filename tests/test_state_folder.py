@@ -173,6 +173,70 @@ def test_a_namesake_whose_workspace_is_gone_is_named_for_takeover(tmp_path: Path
     assert f"--state-dir {state_dir_of(first)}" in line and str(first) in line and "gone" in line
 
 
+def git_repo(root: Path, first: str = "start") -> str:
+    """A repository with one commit at `root`; its root commit."""
+    root.mkdir(parents=True)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": os.devnull}
+    (root / "README.md").write_text(f"# {first}\n")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", first]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, env=env, capture_output=True)
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_moved_and_renamed_repository_is_known_by_its_root_commit_and_only_then(tmp_path: Path) -> None:
+    root = git_repo(tmp_path / "one" / "app")
+    assert state_folder.set_up(settings_for(tmp_path / "one" / "app")) == []
+    origin = state_folder.read_origin(state_dir_of(tmp_path / "one" / "app"))
+    assert origin is not None and origin.roots == (root,)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(tmp_path / "one" / "app"), str(clone)], check=True, capture_output=True)
+    assert state_folder.set_up(settings_for(clone)) == [], "a clone whose workspace is there is not a move"
+    other = tmp_path / "gone" / "app"
+    git_repo(other, first="another project")
+    state_folder.set_up(settings_for(other))
+    shutil.rmtree(tmp_path / "gone")
+
+    os.rename(tmp_path / "one" / "app", tmp_path / "renamed")  # moved and renamed: no namesake to go by
+    [line] = state_folder.set_up(settings_for(tmp_path / "renamed"))
+    old = state_dir_of(tmp_path / "one" / "app")
+    assert line == (f"a state folder of this repository (root commit {root[:12]}) whose workspace is gone "
+                    f"({tmp_path / 'one' / 'app'}: moved?) is {old}: pass --state-dir {old} to carry on with it")
+    assert state_dir_of(tmp_path / "renamed") != old, "a fresh folder: nothing is taken over unasked"
+
+    elsewhere = tmp_path / "three" / "app"  # a new project of the same name: the gone namesake is another repository
+    git_repo(elsewhere, first="a third one")
+    lines = state_folder.set_up(settings_for(elsewhere))
+    assert not any("carry on" in line for line in lines), lines
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_roots_that_take_too_long_are_not_looked_for_at_every_start_and_a_first_commit_is_picked_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = tmp_path / "slow"
+    git_repo(slow)
+    monkeypatch.setattr(state_folder, "ROOTS_TIMEOUT_S", 0.0)  # a history too long to walk in time
+    state_folder.set_up(settings_for(slow))
+    origin = state_folder.read_origin(state_dir_of(slow))
+    assert origin is not None and origin.roots == () and origin.roots_timed_out
+    monkeypatch.setattr(state_folder, "ROOTS_TIMEOUT_S", 5.0)
+    state_folder.set_up(settings_for(slow))
+    assert state_folder.read_origin(state_dir_of(slow)) == origin, "not tried again"
+
+    fresh = tmp_path / "fresh"  # `git init`, no commit yet: the roots come with the first one
+    fresh.mkdir()
+    subprocess.run(["git", "-C", str(fresh), "init", "-q"], check=True)
+    state_folder.set_up(settings_for(fresh))
+    assert state_folder.read_origin(state_dir_of(fresh)).roots == ()  # type: ignore[union-attr]
+    shutil.rmtree(fresh)
+    root = git_repo(fresh)
+    state_folder.set_up(settings_for(fresh))
+    assert state_folder.read_origin(state_dir_of(fresh)).roots == (root,)  # type: ignore[union-attr]
+
+
 # ------------------------------------------------------------------------------------ the run's private folder
 
 
@@ -295,6 +359,35 @@ def test_a_run_moves_an_old_in_workspace_folder_out_and_says_where(tmp_path: Pat
     said = [e["note"] for e in events(state_dir_of(ws), "state_folder")]
     assert said == [f"moved the state folder out of the workspace: {old} is now {state_dir_of(ws)}"]
     assert sum(1 for line in done.stderr.splitlines() if "moved the state folder" in line) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_workspace_moved_on_disk_is_offered_its_old_folder_and_can_take_it_over(tmp_path: Path) -> None:
+    ws = tmp_path / "src" / "proj"
+    root = git_repo(ws)
+    done = cli("run", *FAST, "--", "true", cwd=ws)
+    assert done.returncode == 0, done.stderr[-2000:]
+    old = state_dir_of(ws)
+    assert events(old, "supervisor_started")
+    moved = tmp_path / "work" / "proj-renamed"
+    moved.parent.mkdir()
+    os.rename(ws, moved)  # `mv ~/src/proj ~/work/proj-renamed`
+    listed = json.loads(cli("ls", "--orphans", "--json").stdout)
+    assert [o["state_dir"] for o in listed] == [str(old)]
+
+    again = cli("run", *FAST, "--", "true", cwd=moved)
+    assert again.returncode == 0, again.stderr[-2000:]
+    said = [line for line in again.stderr.splitlines() if "carry on with it" in line]
+    assert len(said) == 1 and f"root commit {root[:12]}" in said[0] and f"--state-dir {old}" in said[0], again.stderr
+    assert state_dir_of(moved) != old and events(state_dir_of(moved), "supervisor_started")
+
+    taken = cli("run", *FAST, "--state-dir", str(old), "--", "true", cwd=moved)
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    origin = state_folder.read_origin(old)
+    assert origin is not None and origin.workspace == str(moved) and origin.roots == (root,)
+    assert len(events(old, "supervisor_started")) == 2, "the old history goes on in its folder"
+    assert json.loads(cli("ls", "--orphans", "--json").stdout) == []
 
 
 @pytest.mark.slow

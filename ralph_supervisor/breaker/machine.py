@@ -30,9 +30,10 @@ Choices the contract leaves open (each one is tested):
 - A threshold of 0 (or less) turns its rule off; `max_opens` 0 means no open is final by count.
 - Manual opens (`pause`) do not count toward `max_opens`, are never final and have no cooldown: the tree
   stays paused until `resume` (which starts a trial) or `reset`.
-- `destructive` is judged live, from the workspace's changes while the call runs (`destructive_open`),
-  not from a finished report: freezing the tree while the agent is still deleting is the point. It
-  counts toward `max_opens` but, like a manual pause, has no cooldown and waits for a human.
+- `destructive` is judged on an iteration's net effect, from the workspace's states at the call's start
+  and end (`destructive_open`, before the iteration's report is observed, so it precedes the other rules;
+  a stash popped within the call destroyed nothing). It counts toward `max_opens` but, like a manual
+  pause, has no cooldown and waits for a human.
 - A trial that re-opens with no rule firing keeps the trigger it was trying to cure, and says so.
 - `reset()` clears the judgement (state, counters, windows, opens, cooldown) but keeps the accounting
   (`iteration`, `tokens_used`, `cost_used`): a reset must not silently lift a budget.
@@ -311,14 +312,17 @@ class Breaker:
         )
         return self._decision("open", "manual", text, s.state, cooldown_s=0.0)
 
-    def destructive_open(self, reason: str, now: float) -> Decision:
-        """The running iteration is destroying the workspace (seen live, not at its end): OPEN with trigger
-        "destructive". It counts as an open (final when it is the last allowed; from HALF_OPEN a failed
-        trial) but has no cooldown: it never starts a trial by itself. Already OPEN: nothing changes."""
+    def destructive_open(self, reason: str, now: float, iteration: int | None = None) -> Decision:
+        """An iteration destroyed the workspace (its net effect, told when it ended, before its report is
+        judged; `iteration`: which one, when the next may have begun): OPEN with trigger "destructive". It
+        counts as an open (final when it is the last allowed; from HALF_OPEN a failed trial) but has no
+        cooldown: it never starts a trial by itself. Already OPEN: nothing changes."""
         s = self._s
         if s.state is State.OPEN:
             return self._none()
         decision = (self._reopen if s.state is State.HALF_OPEN else self._open)("destructive", reason, now)
+        if iteration is not None:
+            decision = replace(decision, iteration=iteration)
         return decision if decision.final else replace(decision, cooldown_s=0.0)
 
     def verdict_open(self, trigger: str, reason: str, now: float) -> Decision:

@@ -1,29 +1,34 @@
-"""Destruction: how many of the files an iteration started with it has deleted or emptied, as it happens.
+"""Destruction: the work an iteration started with that is gone when it ends, judged on the net effect.
 
 An agent that runs `git clean -fd`, `rm -rf src` or `git reset --hard` over uncommitted work changes
-files, so by the progress rule it is doing well. This counter tells destruction apart: a file that
-existed when the iteration began (or whose earlier state is unknown) and is now gone, or cut to a tenth
-of its size or less. It is fed the watcher's `Change`s one by one, so the trip can come while the agent
-is still deleting, not only when its call ends.
+files, so by the progress rule it is doing well. This judgement tells destruction apart, from each
+touched path's state when the iteration began and when it ended (the watcher's segment of the call):
 
-Content that moved is not destroyed: a deleted file whose exact content (the watcher's hash) now lives
-at another path changed in the same iteration was renamed (`git mv`, a refactor), and does not count.
+- destroyed: a file that existed at the start (or whose earlier state is unknown) and is gone at the
+  end, or cut to a tenth of its size or less;
+- discarded: a file whose uncommitted changes are gone, back to the version a commit holds (`git checkout
+  -- .`, `git restore .`, `git reset --hard`, `git stash`); which files those are needs git
+  (`discarded.py`), this module only names the candidates and applies the answer.
 
-Pure: no I/O, no clock, no lock (the caller serialises). Usage:
+Only the ends count: an agent that stashes and pops (`git stash -u; pytest; git stash pop`), moves a
+folder away and back, or reverts its own attempt within the call has destroyed nothing. Content that
+moved is not destroyed either: a deleted file whose exact content (the watcher's hash) another touched
+path holds at the end was renamed (`git mv`, a refactor).
 
-    watch = DestructionWatch(max_files=25, max_share=30.0)
-    watch.begin(files_at_start=40)
-    for change in changes:
-        if (found := watch.saw(change)) is not None:
-            trip(found)  # once per iteration
+Pure: no I/O, no clock. Usage:
+
+    lost = destroyed_paths(delta.start, delta.end)
+    lost += reverted(discard_candidates(delta.start, delta.end), committed)   # committed: discarded.py
+    found = judge(lost, files_at_start=40, max_files=25, max_share=30.0)      # a Destruction, or None
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ralph_supervisor.evidence.workspace import ABSENT, Change, state_size
+from ralph_supervisor.evidence.workspace import ABSENT, state_size
 
 SHARE_MIN_FILES = 3
 """The share rule needs at least this many destroyed files: deleting one of a new project's two files
@@ -35,7 +40,7 @@ SAMPLE = 5
 
 @dataclass(frozen=True)
 class Destruction:
-    """The rule fired: `count` files destroyed (deleted or emptied) of `files_at_start`."""
+    """The rule fired: `count` files destroyed (deleted, emptied or discarded) of `files_at_start`."""
 
     count: int
     files_at_start: int | None
@@ -43,6 +48,8 @@ class Destruction:
     """A few of the destroyed paths, sorted."""
     why: str
     """Which threshold: "more than 25 files" or "more than 30%"."""
+    discarded: int = 0
+    """How many of `count` still exist, back at a committed version (their uncommitted changes gone)."""
 
 
 def is_destroyed(first: bytes | None, now: bytes) -> bool:
@@ -65,101 +72,68 @@ def threshold_crossed(count: int, files_at_start: int | None, max_files: int, ma
     return None
 
 
-class DestructionWatch:
-    """Counts destroyed files per iteration; `saw` answers a `Destruction` once, when a threshold is crossed."""
+def _hashed(state: bytes | None) -> bool:
+    return state is not None and state[:1] == b"H"
 
-    def __init__(self, max_files: int, max_share: float) -> None:
-        self.max_files = max_files
-        self.max_share = max_share
-        self.files_at_start: int | None = None
-        self._first: dict[str, bytes | None] = {}
-        """Each touched path's state when the iteration began."""
-        self._now: dict[str, bytes] = {}
-        self._destroyed: dict[bytes | None, set[str]] = {}
-        """Destroyed paths by the content they held (None: unknown content)."""
-        self._holding: Counter[bytes] = Counter()
-        """How many touched paths hold each content now (where moved content went)."""
-        self._count = 0
-        self._tripped = False
 
-    @property
-    def enabled(self) -> bool:
-        return self.max_files > 0 or self.max_share > 0
-
-    @property
-    def count(self) -> int:
-        """Files destroyed so far in this iteration (renames excluded)."""
-        return self._count
-
-    def begin(self, files_at_start: int | None) -> None:
-        """A new iteration: nothing destroyed yet. `files_at_start`: None when unknown (the share rule waits)."""
-        self.files_at_start = files_at_start
-        self._first.clear()
-        self._now.clear()
-        self._destroyed.clear()
-        self._holding.clear()
-        self._count = 0
-        self._tripped = False
-
-    def know_files_at_start(self, files: int) -> None:
-        """The count arrived late (the snapshot that tells it finished after the iteration began)."""
-        if self.files_at_start is None:
-            self.files_at_start = files
-
-    def saw(self, change: Change) -> Destruction | None:
-        """Take one change into account; a `Destruction` the first time this iteration crosses a threshold."""
-        if not self.enabled:
-            return None
-        path = change.path
-        if path not in self._first:
-            self._first[path] = change.before
-        old = self._now.get(path)
-        if old is not None and old != ABSENT:
-            self._hold(old, -1)
-        self._now[path] = change.after
-        if change.after != ABSENT:
-            self._hold(change.after, +1)
-        first = self._first[path]
-        self._set_destroyed(path, first, is_destroyed(first, change.after))
-        if self._tripped:
-            return None
-        why = threshold_crossed(self._count, self.files_at_start, self.max_files, self.max_share)
-        if why is None:
-            return None
-        self._tripped = True
-        sample = sorted(p for paths in self._destroyed.values() for p in paths)[:SAMPLE]
-        return Destruction(self._count, self.files_at_start, tuple(sample), why)
-
-    # -- the count: destroyed paths whose content no other touched path now holds ----------------
-
-    def _excess(self, content: bytes | None) -> int:
-        paths = self._destroyed.get(content)
-        if not paths:
-            return 0
-        if content is None or content[:1] != b"H":
-            return len(paths)  # unknown or unhashed content: it cannot be shown to have moved
-        return max(0, len(paths) - self._holding[content])
-
-    def _hold(self, content: bytes, delta: int) -> None:
-        before = self._excess(content)
-        self._holding[content] += delta
-        if self._holding[content] <= 0:
-            del self._holding[content]
-        self._count += self._excess(content) - before
-
-    def _set_destroyed(self, path: str, content: bytes | None, destroyed: bool) -> None:
-        paths = self._destroyed.get(content)
-        if destroyed == (paths is not None and path in paths):
-            return
-        before = self._excess(content)
-        if destroyed:
-            self._destroyed.setdefault(content, set()).add(path)
+def destroyed_paths(start: Mapping[str, bytes | None], end: Mapping[str, bytes | None]) -> list[str]:
+    """The paths the iteration destroyed, net: gone or emptied at the end, less as many of each content as
+    touched paths hold at the end (moved, not lost). `end` lacks a path (or has None): its state is
+    unknown, so it is not judged. Sorted."""
+    holding = Counter(state for state in end.values() if _hashed(state))
+    by_content: dict[bytes | None, list[str]] = {}
+    for path, first in start.items():
+        now = end.get(path)
+        if now is not None and is_destroyed(first, now):
+            by_content.setdefault(first, []).append(path)
+    lost: list[str] = []
+    for content, paths in by_content.items():
+        if not _hashed(content):
+            lost += paths  # unknown or unhashed content: it cannot be shown to have moved
         else:
-            assert paths is not None
-            paths.discard(path)
-            if not paths:
-                del self._destroyed[content]
-        self._count += self._excess(content) - before
+            paths.sort()
+            lost += paths[holding[content]:]
+    return sorted(lost)
 
 
-__all__ = ["Destruction", "DestructionWatch", "SHARE_MIN_FILES", "is_destroyed", "threshold_crossed"]
+def discard_candidates(start: Mapping[str, bytes | None], end: Mapping[str, bytes | None]) -> dict[str, tuple[bytes, bytes]]:
+    """The paths whose content was replaced (not destroyed), known by hash at both ends: (start, end) each.
+    Whether a replacement discarded uncommitted work is for `reverted` to say."""
+    found: dict[str, tuple[bytes, bytes]] = {}
+    for path, first in start.items():
+        now = end.get(path)
+        if first is None or now is None or not (_hashed(first) and _hashed(now)) or first == now:
+            continue
+        if not is_destroyed(first, now):
+            found[path] = (first, now)
+    return found
+
+
+def reverted(candidates: Mapping[str, tuple[bytes, bytes]], committed: Sequence[Mapping[str, bytes]]) -> list[str]:
+    """The candidates whose end state is a committed version of the path that their start state was not:
+    the changes they held at the start (uncommitted, or in commits dropped since) are gone from the
+    workspace. `committed`: one map per commit to compare with (path -> the watcher's state of that
+    version). Sorted."""
+    found = []
+    for path, (first, now) in candidates.items():
+        for versions in committed:
+            version = versions.get(path)
+            if version is not None and now == version and first != version:
+                found.append(path)
+                break
+    return sorted(found)
+
+
+def judge(lost: Collection[str], files_at_start: int | None, max_files: int, max_share: float,
+          discarded: int = 0) -> Destruction | None:
+    """A `Destruction` when the iteration's net loss crosses a threshold, else None."""
+    why = threshold_crossed(len(lost), files_at_start, max_files, max_share)
+    if why is None:
+        return None
+    return Destruction(len(lost), files_at_start, tuple(sorted(lost)[:SAMPLE]), why, discarded)
+
+
+__all__ = [
+    "Destruction", "SHARE_MIN_FILES", "discard_candidates", "destroyed_paths", "is_destroyed", "judge",
+    "reverted", "threshold_crossed",
+]

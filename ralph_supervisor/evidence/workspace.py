@@ -120,6 +120,13 @@ class WorkspaceDelta:
     """The kernel dropped events (inotify queue overflow): `files_changed` is a lower bound."""
     fingerprint: int = 0
     """The whole workspace's state at the iteration's end (see `fingerprint.py`; 0 is the run's start)."""
+    start: Mapping[str, bytes | None] = field(default_factory=dict, compare=False)
+    """Each touched path's state when the iteration began (None: never seen) ..."""
+    end: Mapping[str, bytes | None] = field(default_factory=dict, compare=False)
+    """... and when it ended: the iteration's net effect, which the `destructive` trip judges."""
+    head_before: str = ""
+    """HEAD's commit when the iteration began, and when it ended ("" without a repository)."""
+    head_after: str = ""
 
 
 # --------------------------------------------------------------------------------------------- git
@@ -156,7 +163,9 @@ class _Segment:
         changed = sorted(path for path, begin in self.touched.items() if begin is None or after.get(path) != begin)
         return WorkspaceDelta(files_changed=len(changed), paths=tuple(changed[:PATH_SAMPLE]),
                               commits=count_commits(self.refs, refs_after),
-                              events_lost=self.events_lost, fingerprint=self.fingerprint)
+                              events_lost=self.events_lost, fingerprint=self.fingerprint,
+                              start=self.touched, end=after, head_before=self.refs.head,
+                              head_after=refs_after.head)
 
 
 CLOSED_SEGMENTS = 64
@@ -548,7 +557,8 @@ class Workspace:
                     segment.touched[path] = after[path]  # no longer the gap's change
             changed = sorted(p for p in before if before[p] is None or before[p] != after[p])
             return WorkspaceDelta(len(changed), tuple(changed[:PATH_SAMPLE]), 0,
-                                  fingerprint=rewound(self._fingerprint.value, self._undone(later)))
+                                  fingerprint=rewound(self._fingerprint.value, self._undone(later)),
+                                  start=before, end=after)
 
     def _undone(self, later: list[tuple[int, str, bytes | None]]) -> list[tuple[str, bytes | None, bytes]]:
         """Under the lock: the changes `later` of the gap as (path, before, after), newest first."""
