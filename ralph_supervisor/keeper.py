@@ -277,7 +277,7 @@ class SnapshotKeeper:
     def _repository_reason(self, iteration: int, start: SnapshotInfo | None, before: int | None) -> str:
         self._had_repository = False  # said once
         held = self._held_at_trip = self._existing(start, before)
-        text = f"iteration {iteration} deleted the repository ({self.workspace / '.git'}); its commits are kept: " \
+        text = f"iteration {iteration} deleted the repository (.git); its commits are kept: " \
                f"`ralph-supervise restore --commits -w {self.workspace}`"
         if held is not None:
             text += f"; the files are in the snapshot of iteration {held.iteration}: " \
@@ -311,13 +311,15 @@ class SnapshotKeeper:
                     f"{found.discarded} back at a committed version, their uncommitted changes gone)")
         else:
             text = f"iteration {iteration} deleted or emptied {found.count} files{of} ({found.why})"
+        more = ", …" if found.count > len(found.sample) else ""
+        text += f"; among them {one_line(', '.join(found.sample) + more, 100)}"
+        # last, since a long workspace path may be cut from the breaker's reason: escalation.md has it whole
         if held is not None:
             text += (f"; the snapshot of iteration {held.iteration} holds them: "
                      f"`{restore_command(held.iteration, self.workspace)}`")
         else:
             text += f"; no snapshot holds them ({self.problem or 'none was taken yet'})"
-        more = ", …" if found.count > len(found.sample) else ""
-        return one_line(f"{text}; among them {', '.join(found.sample)}{more}", 400)
+        return one_line(text, 400)
 
     def restore_lines(self, trigger: str) -> list[str]:
         """The escalation summary's words on the snapshot to restore, with the exact commands."""

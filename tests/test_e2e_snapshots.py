@@ -184,7 +184,7 @@ def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_
         wait_for(lambda: events(state_dir, "tree_paused"), what="the tree to freeze")
         opened = next(h for h in history(state_dir) if h["to"] == "OPEN")
         assert opened["trigger"] == "destructive" and opened["iteration"] == 3
-        assert f"restore 2 -w {ws}" in opened["reason"] and "src/gen/" in opened["reason"]
+        assert "the snapshot of iteration 2 holds them" in opened["reason"] and "src/gen/" in opened["reason"]
         assert not list((ws / "src" / "gen").iterdir()), "the call ran to its end before it was judged"
         assert [e["iteration"] for e in events(state_dir, "iteration_finished")][-1] == 3
         frozen = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE}
@@ -281,7 +281,7 @@ def test_git_clean_x_after_three_calls_of_work_is_undone_with_the_ignored_env_by
     state = state_dir_of(ws)
     opened = [h for h in history(state) if h["to"] == "OPEN"]
     assert [h["trigger"] for h in opened] == ["destructive"] and opened[0]["iteration"] == 4
-    assert f"restore 3 -w {ws}" in opened[0]["reason"]
+    assert "the snapshot of iteration 3 holds them" in opened[0]["reason"]
     assert f"ralph-supervise restore 3 -w {ws}" in (state / "escalation.md").read_text()
     finished = events(state, "iteration_finished")
     assert [e["iteration"] for e in finished][:4] == [1, 2, 3, 4]
@@ -391,7 +391,8 @@ def test_a_stash_popped_within_the_call_is_no_destruction_and_a_checkout_that_dr
     assert [(h["trigger"], h["iteration"]) for h in opened] == [("destructive", 4)], opened
     reason = opened[0]["reason"]
     assert "iteration 4 deleted, emptied or reverted 30 files" in reason and "30 back at a committed version" in reason
-    assert f"restore 3 -w {ws}" in reason
+    assert "the snapshot of iteration 3 holds them" in reason
+    assert f"ralph-supervise restore 3 -w {ws}" in (state / "escalation.md").read_text()  # whole, however long the path
     assert [e["iteration"] for e in events(state, "iteration_finished")][:4] == [1, 2, 3, 4]
     assert (ws / "src" / "t5.py").read_text() == "committed 5\n" and (ws / "work" / "n5.txt").exists()
 
