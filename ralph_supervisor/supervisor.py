@@ -383,6 +383,7 @@ class Supervisor:
     def _spawn(self) -> None:
         settings = self.settings
         self.calls.release()  # a restart after a stop: its calls may run
+        began = time.time()  # before the fork: a first call of milliseconds may be over before spawn returns
         try:
             popen = spawn(list(settings.command), settings.workspace, self._child_env, loop_stdin())
         except OSError as exc:
@@ -396,7 +397,7 @@ class Supervisor:
         self.tap.attach(os.dup(popen.stderr.fileno()), "stderr")
         popen.stdout.close()
         popen.stderr.close()
-        self.child = ChildInfo(popen.pid, time.time(), popen)
+        self.child = ChildInfo(popen.pid, began, popen)
         self.calls.child_started(self.child.started_at)
         self.actions.paused = False
         log.info("child_started", pid=popen.pid, command=list(settings.command))

@@ -86,7 +86,8 @@ def test_a_blocker_restated_while_a_scratch_file_churns_trips_paraphrase(tmp_pat
     code, state_dir = supervise(workspace, loop, "--no-progress", "5")
     assert code == 2
     opened = history(state_dir)[-1]
-    assert opened["trigger"] == "paraphrase" and opened["iteration"] == 3
+    said = [(e["iteration"], e["reply"], e["output_bytes"]) for e in events(state_dir, "iteration_finished")]
+    assert opened["trigger"] == "paraphrase" and opened["iteration"] == 3, (opened, said)
     assert "restate the same blocker" in opened["reason"]
     finished = events(state_dir, "iteration_finished")
     assert [e["files_changed"] for e in finished[:3]] == [1, 1, 1]

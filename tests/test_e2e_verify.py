@@ -119,10 +119,14 @@ def test_an_agent_that_fixes_tests_one_by_one_is_verified_as_progress_and_never_
 
 def test_two_working_tests_broken_for_two_verified_iterations_open_as_a_regression(tmp_path: Path) -> None:
     ws = project(tmp_path, CALC_GOOD)
+    # Call 3 waits (bounded) until a verify has seen the break: calls outrun verifies, and on a loaded machine
+    # one verify could otherwise cover every iteration that changes files, leaving a single verified one.
+    seen_broken = ('for i in $(seq 300); do grep -q "test_calc::test_add" "$RALPH_SUPERVISE_STATE_DIR/verify.jsonl" '
+                   '2>/dev/null && break; sleep 0.1; done\n')
     scripts = {
         1: replace_in("calc.py", "return a + b", "return a - b") + replace_in("calc.py", "return a * b", "return a ** b"),
         2: "echo 'NOTE = 1' > notes.py\n",
-        3: "echo 'NOTE = 2' > notes.py\n",
+        3: seen_broken + "echo 'NOTE = 2' > notes.py\n",
         4: "echo 'NOTE = 3' > notes.py\n",
     }
     env = loop_env(calls(tmp_path, scripts), 6)
