@@ -71,6 +71,7 @@ from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor import masking, state_folder
 from ralph_supervisor.run_folder import RunFolder, RunFolderError
+from ralph_supervisor.sandbox import box_for
 from ralph_supervisor.state_guard import StateGuard
 from ralph_supervisor.store import atomic_write_text
 from ralph_supervisor.hooks import HookRunner
@@ -242,6 +243,8 @@ class Supervisor:
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
         self._child_env = (self.calls.prepare(run_dir, self._child_environment()) if run_dir is not None
                            else self._child_environment())
+        self.box = box_for(settings, self._child_env, self.calls.shims, self.tree_marker.partition("=")[0])
+        """The loop's bubblewrap box (`--sandbox bwrap`), None without one."""
 
     # ------------------------------------------------------------------ set-up and tear-down
 
@@ -383,8 +386,17 @@ class Supervisor:
     def _spawn(self) -> None:
         settings = self.settings
         self.calls.release()  # a restart after a stop: its calls may run
+        argv, env = list(settings.command), self._child_env
+        if self.box is not None:
+            problem = self.box.problem() or self.box.probe()  # nothing is spawned in a box that cannot be made
+            if problem:
+                log.error("sandbox_unavailable", error=problem)
+                print(f"ralph-supervise: {problem}", file=sys.stderr)
+                self._finish(1)
+                return
+            argv, env = self.box.wrap(argv), self.box.env
         try:
-            popen = spawn(list(settings.command), settings.workspace, self._child_env, loop_stdin())
+            popen = spawn(argv, settings.workspace, env, loop_stdin())
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)

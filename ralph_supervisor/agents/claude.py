@@ -135,6 +135,11 @@ def _result_error(result: dict[str, Any] | None) -> str:
 class Claude(Adapter):
     name = "claude"
     commands = ("claude",)
+    sandbox_home = ((".claude", True), (".claude/settings.json", False), (".claude/settings.local.json", False),
+                    (".claude/CLAUDE.md", False), (".claude/hooks", False), (".claude/commands", False),
+                    (".claude/agents", False), (".claude/plugins", False), (".claude.json", True),
+                    (".local/share/claude", False), (".local/state/claude", True), (".cache/claude", True))
+    sandbox_env = ("ANTHROPIC_", "CLAUDE_")
     packages = ("@anthropic-ai/claude-code",)
     prompt = PromptMode(flags=frozenset({"-p", "--print"}))
     event_types: ClassVar[frozenset[str]] = STREAM_TYPES | {"result"}

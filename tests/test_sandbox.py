@@ -1,0 +1,228 @@
+"""`--sandbox bwrap`: the loop in a real bubblewrap box, supervised as without it.
+
+The box's rules are pure (the environment's allow-list, bubblewrap's arguments in mount order) and tested
+as such; the rest runs real loops in real boxes: writes in the workspace count, a second folder and a fake
+home's `.ssh` are out of reach, a pause freezes, a stop leaves nothing, the shims' notices still arrive,
+and with the network off a loopback HTTP probe from inside fails while one from outside works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ralph_supervisor.sandbox import Bind, Box, box_environment, keep_variable
+from tests.helpers import executable, wait_for
+from tests.helpers.fault_procs import MARK_VAR, cli, marked, states, wait_gone
+from tests.helpers.runs import Run
+from tests.helpers.supervise import events
+
+BWRAP = shutil.which("bwrap")
+needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap (bwrap) is not installed "
+                                                       "(scripts/setup.d/45-bubblewrap.sh installs it)")
+
+
+def _box_works() -> str | None:
+    if BWRAP is None:
+        return "no bwrap"
+    done = subprocess.run([BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"],
+                          capture_output=True, text=True, check=False)
+    return None if done.returncode == 0 else done.stderr.strip()
+
+
+# ------------------------------------------------------------------ the rules
+
+
+def test_the_environment_is_an_allow_list() -> None:
+    env = {"PATH": "/usr/bin", "HOME": "/h", "LANG": "C.UTF-8", "LC_ALL": "C", "TERM": "xterm",
+           "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t", "SSH_AUTH_SOCK": "/run/x", "DBUS_SESSION_BUS_ADDRESS": "u",
+           "ANTHROPIC_API_KEY": "k", "MY_TOOL_A": "1", "MY_TOOL_B": "2", "NAMED": "n", "TREE_MARK": "m",
+           "XDG_RUNTIME_DIR": "/run/user/1"}
+    out = box_environment(env, extra=("NAMED", "MY_TOOL_*"), agent_prefixes=("ANTHROPIC_",), keep=("TREE_MARK",))
+    assert set(out) == {"PATH", "HOME", "LANG", "LC_ALL", "TERM", "ANTHROPIC_API_KEY", "MY_TOOL_A", "MY_TOOL_B",
+                        "NAMED", "TREE_MARK", "TMPDIR"}
+    assert out["TMPDIR"] == "/tmp"
+    assert not keep_variable("GITHUB_TOKEN", (), ()) and keep_variable("GITHUB_TOKEN", ("GITHUB_TOKEN",), ())
+
+
+def test_the_arguments_mount_parents_first_hide_the_state_folder_and_bind_the_shims_read_only(tmp_path: Path) -> None:
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    (ws / ".state").mkdir(parents=True)
+    box = Box(bwrap="/usr/bin/bwrap", workspace=ws, state_dir=ws / ".state", home=home,
+              binds=(Bind(home / ".claude/settings.json", False, "claude"), Bind(home / ".claude", True, "claude")),
+              network=False, shims=tmp_path / "shims", shim_writable=(tmp_path / "shims/calls",),
+              hidden=(ws / ".state",))
+    args = box.arguments()
+    assert args[:2] == ["--die-with-parent", "--new-session"] and "--unshare-net" in args
+    rw = args.index(str(home / ".claude"))
+    ro = args.index(str(home / ".claude/settings.json"))
+    assert args[rw - 1] == "--bind" and args[ro - 1] == "--ro-bind" and rw < ro, "the read-only file covers the rw folder"
+    assert args[args.index("--tmpfs", args.index(str(ws))) + 1] == str(ws / ".state")
+    assert args[args.index(str(tmp_path / "shims")) - 1] == "--ro-bind"
+    assert args[args.index(str(tmp_path / "shims/calls")) - 1] == "--bind"
+    assert "/run" not in args and args[-2:] == ["--chdir", str(ws)]
+    assert "--unshare-net" not in Box(bwrap="b", workspace=ws, state_dir=ws, home=home, binds=(), network=True).arguments()
+
+
+def test_bad_paths_and_a_missing_bubblewrap_are_one_line_each(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    plan = dict(workspace=tmp_path, state_dir=state, env={"HOME": str(tmp_path), "PATH": "/usr/bin"}, bwrap="/b")
+    assert Box.plan(**plan, ro=[tmp_path / "nope"]).problem() == f"--sandbox-ro: {tmp_path / 'nope'} does not exist"
+    problem = Box.plan(**plan, rw=[tmp_path]).problem()
+    assert problem and problem.startswith(f"--sandbox-rw: {tmp_path} holds the state folder")
+    assert "bubblewrap (bwrap) is not installed" in (dataclasses.replace(Box.plan(**plan), bwrap=None).problem() or "")
+    assert Box.plan(**plan).problem() is None
+
+
+def test_the_adapters_name_their_folders_and_a_found_agent_is_bound_read_only(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".claude" / "projects").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text("{}")
+    (home / ".codex").mkdir()
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", "#!/bin/sh\n")
+    box = Box.plan(workspace=tmp_path / "ws", state_dir=tmp_path / "state", bwrap="/b", agents=("claude",),
+                   env={"HOME": str(home), "PATH": f"{agent.parent}:/usr/bin", "CLAUDE_CODE_X": "1", "OPENAI_API_KEY": "o"})
+    binds = {(b.path, b.writable) for b in box.binds}
+    assert (home / ".claude", True) in binds and (home / ".claude/settings.json", False) in binds
+    assert (agent.parent, False) in binds
+    assert not any(b.path == home / ".codex" for b in box.binds), "only the adapters of the watched agents"
+    assert "CLAUDE_CODE_X" in box.env and "OPENAI_API_KEY" not in box.env
+
+
+# ------------------------------------------------------------------ real boxes
+
+SANDBOXED = ("--sandbox", "bwrap", "--sandbox-env", f"{MARK_VAR},MARKS")
+
+
+@pytest.fixture
+def boxed(tmp_path: Path) -> Iterator[Run]:
+    reason = _box_works()
+    if reason is not None:
+        pytest.skip(f"bubblewrap cannot make a box here: {reason}")
+    run = Run(tmp_path / "ws", marks=tmp_path / "ws" / "marks")
+    try:
+        yield run
+    finally:
+        run.cleanup()
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_boxed_loop_writes_its_workspace_and_nothing_else(boxed: Run, tmp_path: Path) -> None:
+    home, other = tmp_path / "home", tmp_path / "other"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    other.mkdir()
+    (other / "keep.txt").write_text("untouched\n")
+    shown = tmp_path / "shown"  # --sandbox-ro: readable, not writable
+    shown.mkdir()
+    (shown / "notes.txt").write_text("visible\n")
+    agent = executable(tmp_path / "tools" / "agentbin", "claude",
+                       "#!/bin/sh\necho \"step $$\" > \"step_$$.txt\"\n"
+                       "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+    script = (f"claude -p one; claude -p two; echo evil > {other}/keep.txt; echo new > {other}/new.txt; "
+              f"cat {home}/.ssh/id_ed25519; echo \"home: $(ls -A {home})\"; echo \"aws: ${{AWS_SECRET_ACCESS_KEY:-none}}\"; "
+              f"echo \"shown: $(cat {shown}/notes.txt)\"; echo changed > {shown}/notes.txt; sleep 0.5")
+    boxed.start(*SANDBOXED, "--sandbox-ro", str(shown), "--", "sh", "-c", script,
+                env={"HOME": str(home), "PATH": f"{agent.parent}:{os.environ['PATH']}", "AWS_SECRET_ACCESS_KEY": "sek"})
+    assert boxed.finish(60) == 0
+    log = (boxed.state_dir / "child.log").read_bytes().decode(errors="replace")
+    assert (other / "keep.txt").read_text() == "untouched\n" and not (other / "new.txt").exists()
+    assert f"{other}/keep.txt: Directory nonexistent" in log, log
+    assert f"{shown}/notes.txt: Read-only file system" in log and "shown: visible" in log, log
+    assert (shown / "notes.txt").read_text() == "visible\n"
+    assert "PRIVATE KEY" not in log and f"{home}/.ssh/id_ed25519: No such file or directory" in log, log
+    assert "home: \n" in log, "the fake home is empty in the box"
+    assert "aws: none" in log
+    assert len(list(boxed.workspace.glob("step_*.txt"))) == 2
+    finished = events(boxed.state_dir, "iteration_finished")
+    assert len(finished) == 2 and all(e.get("files_changed", 1) >= 1 for e in finished), finished
+    # each call was known by its pid (its shim's notice, written from inside the box: `exec` keeps the pid)
+    pids = {int(p.name.removeprefix("step_").removesuffix(".txt")) for p in boxed.workspace.glob("step_*.txt")}
+    assert {e["pid"] for e in events(boxed.state_dir, "iteration_started")} == pids
+    assert marked(boxed.mark) == []
+
+
+PAUSABLE = """
+bash -c 'echo $$ > "$MARKS/busy.pid.tmp"; mv "$MARKS/busy.pid.tmp" "$MARKS/busy.pid"; while :; do :; done' &
+( setsid sleep 1000 & )
+while :; do sleep 0.2; done
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_boxed_tree_is_frozen_by_a_pause_and_a_stop_leaves_nothing(boxed: Run) -> None:
+    assert boxed.marks is not None
+    boxed.start(*SANDBOXED, "--", "bash", "-c", PAUSABLE)
+    wait_for(lambda: (boxed.marks / "busy.pid").exists(), what="the busy child in the box")
+    wait_for(lambda: len(boxed.tree()) >= 4, what="the boxed tree (bwrap, bash, busy, sleep)")
+    names = {p.name() for p in boxed.tree()}
+    assert "bwrap" in names, names
+    assert cli(boxed.workspace, "pause").returncode == 0
+    frozen = states(boxed.tree())
+    assert set(frozen.values()) == {psutil.STATUS_STOPPED}, frozen
+    busy = psutil.Process(int((boxed.marks / "busy.pid").read_text()))
+    before = busy.cpu_times()
+    time.sleep(0.4)
+    assert busy.cpu_times() == before, "a paused boxed loop accumulated CPU"
+    assert cli(boxed.workspace, "stop").returncode == 0
+    assert wait_gone(boxed.proc, 15) == 0  # type: ignore[arg-type]
+    assert marked(boxed.mark) == []
+    assert all(e["survivors"] == 0 for e in events(boxed.state_dir, "tree_stopped"))
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"hello")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("network", ["off", "on"])
+def test_with_the_network_off_a_loopback_probe_from_inside_fails_while_one_from_outside_works(
+        boxed: Run, network: str) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        probe = (f"if exec 3<>/dev/tcp/127.0.0.1/{port}; then printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; "
+                 "echo \"probe: $(cat <&3 | tail -n 1)\"; else echo 'probe: refused'; fi")
+        boxed.start(*SANDBOXED, "--sandbox-network", network, "--", "bash", "-c", probe)
+        boxed.finish(60)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as reply:
+            assert reply.read() == b"hello", "from outside the server answers"
+        log = (boxed.state_dir / "child.log").read_bytes().decode(errors="replace")
+        assert ("probe: refused" if network == "off" else "probe: hello") in log, log
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_path_to_bind_that_does_not_exist_is_one_line_and_nothing_is_spawned(boxed: Run, tmp_path: Path) -> None:
+    assert boxed.marks is not None
+    boxed.start(*SANDBOXED, "--sandbox-ro", str(tmp_path / "absent"), "--", "sh", "-c", f"touch {boxed.marks}/ran")
+    assert boxed.finish(60) == 1
+    err = boxed.stderr.decode(errors="replace")
+    assert f"ralph-supervise: --sandbox-ro: {tmp_path / 'absent'} does not exist" in err
+    assert not (boxed.marks / "ran").exists() and not events(boxed.state_dir, "child_started")
