@@ -71,6 +71,9 @@ def _run_parser() -> argparse.ArgumentParser:
         kwargs: dict[str, Any] = {"dest": f"opt_{option.name}", "metavar": option.metavar, "help": option.help}
         if option.repeatable:
             kwargs["action"] = "append"
+        if option.switch:
+            kwargs.update(action="store_const", const="true", metavar=None)
+            del kwargs["metavar"]
         parser.add_argument(option.flag, **kwargs)
     parser.add_argument("--verbose", dest="opt_log_detail", action="store_const", const="verbose",
                         help="the same as --log-detail verbose")

@@ -103,7 +103,8 @@ class Box:
     def plan(cls, *, workspace: Path, state_dir: Path, env: Mapping[str, str], ro: Sequence[Path] = (),
              rw: Sequence[Path] = (), network: bool = True, extra_env: Sequence[str] = (),
              keep_env: Iterable[str] = (), agents: Sequence[str] = (), command: Sequence[str] = (),
-             shims: Path | None = None, shim_writable: Sequence[Path] = (), bwrap: str | None = None) -> Box:
+             shims: Path | None = None, shim_writable: Sequence[Path] = (), bwrap: str | None = None,
+             git: Sequence[tuple[Path, bool]] = ()) -> Box:
         """The box of a loop: the adapters of `agents` (process names) name their folders and variables."""
         from ralph_supervisor.agents import ADAPTERS
 
@@ -125,6 +126,7 @@ class Box:
                 for folder in _for_binary(Path(os.path.abspath(found)), system):
                     if folder not in (home, Path("/")):
                         binds.append(Bind(folder, False, f"the executable {name}"))
+        binds += [Bind(path, writable, "the worktree's repository") for path, writable in git]
         binds += [Bind(Path(os.path.abspath(p)), False, "--sandbox-ro") for p in ro]
         binds += [Bind(Path(os.path.abspath(p)), True, "--sandbox-rw") for p in rw]
         workspace, state = Path(workspace), Path(state_dir)
@@ -217,7 +219,10 @@ def box_for(settings: Any, env: Mapping[str, str], shims: Any, marker: str) -> B
     on PATH), `shims` the ShimDir or None, `marker` the name of the tree's marker variable (kept)."""
     if settings.sandbox != "bwrap":
         return None
+    from ralph_supervisor.worktree import git_binds
+
     return Box.plan(workspace=settings.workspace, state_dir=settings.state_dir, env=env, ro=settings.sandbox_ro,
+                    git=git_binds(settings.workspace),
                     rw=settings.sandbox_rw, network=settings.sandbox_network == "on",
                     extra_env=settings.sandbox_env, keep_env=(marker,), agents=settings.iteration_process,
                     command=settings.command, shims=shims.root if shims is not None else None,

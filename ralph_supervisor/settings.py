@@ -287,6 +287,8 @@ class Option:
     env: tuple[str, ...] = ()
     repeatable: bool = False
     metavar: str | None = None
+    switch: bool = False
+    """A flag without a value (`--worktree`): given, it is "true"; the environment and the file take a boolean."""
 
 
 _BREAKER = Thresholds()
@@ -384,6 +386,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("sandbox_env", "--sandbox-env", _variable_names, (),
            "more environment variables kept in the box (names or PREFIX_*, comma list)",
            repeatable=True, metavar="NAMES"),
+    Option("worktree", "--worktree", _bool, False,
+           "run the loop in a new git worktree of the workspace's HEAD, on a branch ralph/<name>-<date>-<time> that "
+           "stays for review; the checkout is never touched", ("RALPH_SUPERVISE_WORKTREE",), switch=True),
     Option("name", "--name", _optional_text, None, "a short name for this loop (metrics label, ls, notices)",
            ("RALPH_SUPERVISE_NAME",), metavar="NAME"),
     Option("notify", "--notify", _notify_urls, (), "an apprise URL notified on open, final stop, limit wait and child exit (repeatable)",
@@ -479,6 +484,7 @@ class Settings:
     sandbox_rw: tuple[Path, ...] = _default("sandbox_rw")
     sandbox_network: str = _default("sandbox_network")
     sandbox_env: tuple[str, ...] = _default("sandbox_env")
+    worktree: bool = _default("worktree")
     name: str | None = _default("name")
     notify: tuple[str, ...] = _default("notify")
     iteration_process: tuple[str, ...] = _default("iteration_process")

@@ -71,6 +71,7 @@ from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor import masking, state_folder
 from ralph_supervisor.run_folder import RunFolder, RunFolderError
+from ralph_supervisor import worktree
 from ralph_supervisor.sandbox import box_for
 from ralph_supervisor.state_guard import StateGuard
 from ralph_supervisor.store import atomic_write_text
@@ -987,10 +988,20 @@ def run_supervisor(settings: Settings) -> int:
     if problem:
         print(f"ralph-supervise: {problem}", file=sys.stderr)
         return 1
+    made: worktree.Worktree | None = None
+    if settings.worktree:  # the run moves into a new worktree of the checkout, with a state folder of its own
+        try:
+            settings, made = worktree.take(settings)
+        except worktree.WorktreeError as exc:
+            print(f"ralph-supervise: {exc}", file=sys.stderr)
+            return 1
+        print(f"ralph-supervise: {worktree.note(made)}", file=sys.stderr)
     masking.configure(settings.workspace)  # the .env's values are masked in all we show or send
     try:
         where = state_folder.set_up(settings)  # outside the workspace; an old in-workspace folder moved out
         files.prepare(settings.state_dir)
+        if made is not None:
+            worktree.record(settings.state_dir, made)
     except state_folder.StateFolderError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)
         return 1
@@ -1017,6 +1028,8 @@ def run_supervisor(settings: Settings) -> int:
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until we exit
     for line in where:  # on stderr as every event is, and in events.jsonl
         log.info("state_folder", state_dir=str(settings.state_dir), note=line)
+    if made is not None:
+        log.info("worktree_made", **made.to_json())
     code, hurried = 1, False
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import (
@@ -98,6 +99,13 @@ def iterations_line(a: Account) -> str:
     return iterations
 
 
+def worktree_of(state_dir: str) -> dict[str, Any] | None:
+    """The run's worktree (`--worktree`), from the state folder's worktree.json; None without one."""
+    from ralph_supervisor.worktree import read
+
+    return read(Path(state_dir)) if state_dir else None
+
+
 def render_markdown(a: Account) -> str:
     """The whole report: the verdict first, then the timeline and the evidence, then what to decide."""
     v = a.verdict
@@ -114,6 +122,8 @@ def render_markdown(a: Account) -> str:
         "| | |",
         "|---|---|",
         f"| workspace | `{a.workspace}` |",
+        *([f"| worktree | branch `{w['branch']}` of `{w['checkout']}`, kept for review (nothing is merged) |"]
+          if (w := worktree_of(a.state_dir)) else []),
         f"| runs | {len(a.runs)}: {span} |",
         f"| wall time | {duration(a.wall_s)} |",
         f"| iterations | {iterations} |",
