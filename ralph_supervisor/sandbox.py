@@ -229,4 +229,62 @@ def box_for(settings: Any, env: Mapping[str, str], shims: Any, marker: str) -> B
                     shim_writable=(shims.calls, shims.pending) if shims is not None else ())
 
 
-__all__ = ["Bind", "Box", "SandboxError", "box_environment", "box_for", "keep_variable"]
+VERIFY_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTEST_ADDOPTS", "CARGO_TARGET_DIR",
+                        "CI", "RALPH_SUPERVISE_VERIFYING"})
+"""What the verify sets for its command (verify/runner.py): kept in its box."""
+
+
+@dataclass(frozen=True)
+class VerifyBox:
+    """What a verify's box takes from the settings: the same kind of box as the loop's, its network off
+    unless `--verify-network on`."""
+
+    network: bool
+    ro: tuple[Path, ...] = ()
+    extra_env: tuple[str, ...] = ()
+    bwrap: str | None = None
+
+    @classmethod
+    def of(cls, settings: Any) -> VerifyBox | None:
+        if getattr(settings, "sandbox", "none") != "bwrap":
+            return None
+        return cls(network=settings.verify_network == "on", ro=(*settings.sandbox_ro, *settings.sandbox_rw),
+                   extra_env=tuple(settings.sandbox_env), bwrap=shutil.which("bwrap"))
+
+    def box(self, *, tree: Path, state_dir: Path, workspace: Path, env: Mapping[str, str], command: str,
+            writable: Sequence[Path] = (), borrowed: Sequence[Path] = ()) -> Box:
+        """The box of one verify: the snapshot's tree read-write (its cwd), `writable` files and folders of the
+        verify's own (the JUnit file, the build cache), the borrowed dependencies and the interpreter of a
+        borrowed virtual environment read-only, the command's executable; no home but what is named."""
+        import shlex
+
+        binds = [Bind(Path(p), True, "the verify") for p in writable]
+        system = [Path(p) for p in SYSTEM]
+        for source in borrowed:
+            binds.append(Bind(source, False, "a borrowed dependency"))
+            cfg = source / "pyvenv.cfg"
+            try:
+                home = next((line.partition("=")[2].strip() for line in cfg.read_text().splitlines()
+                             if line.partition("=")[0].strip() == "home"), "")
+            except OSError:
+                home = ""
+            if home and os.path.isdir(home) and not any(_inside(Path(home), s) for s in system):
+                base = Path(os.path.realpath(home))
+                binds.append(Bind(base.parent if base.name == "bin" else base, False, "a borrowed interpreter"))
+        try:
+            first = shlex.split(command)[:1]
+        except ValueError:
+            first = []
+        search = env.get("PATH", "")
+        for name in first:
+            found = shutil.which(name, path=search) if "/" not in name else name
+            if found and not _inside(Path(os.path.abspath(found)), tree):
+                binds += [Bind(f, False, "the verify command") for f in _for_binary(Path(os.path.abspath(found)), system)]
+        binds += [Bind(Path(os.path.abspath(p)), False, "--sandbox-ro") for p in self.ro]
+        keep = tuple(VERIFY_ENV)
+        return Box(bwrap=self.bwrap, workspace=tree, state_dir=state_dir,
+                   home=Path(env.get("HOME") or os.path.expanduser("~")), binds=tuple(binds), network=self.network,
+                   env=box_environment(env, extra=self.extra_env, keep=keep))
+
+
+__all__ = ["Bind", "Box", "SandboxError", "VerifyBox", "box_environment", "box_for", "keep_variable"]

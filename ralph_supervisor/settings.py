@@ -386,6 +386,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("sandbox_env", "--sandbox-env", _variable_names, (),
            "more environment variables kept in the box (names or PREFIX_*, comma list)",
            repeatable=True, metavar="NAMES"),
+    Option("verify_network", "--verify-network", _choice("on", "off"), "off",
+           "with --sandbox: the network of the verify's box (off: it runs the agent's code with none)",
+           ("RALPH_SUPERVISE_VERIFY_NETWORK",), metavar="on|off"),
     Option("worktree", "--worktree", _bool, False,
            "run the loop in a new git worktree of the workspace's HEAD, on a branch ralph/<name>-<date>-<time> that "
            "stays for review; the checkout is never touched", ("RALPH_SUPERVISE_WORKTREE",), switch=True),
@@ -484,6 +487,7 @@ class Settings:
     sandbox_rw: tuple[Path, ...] = _default("sandbox_rw")
     sandbox_network: str = _default("sandbox_network")
     sandbox_env: tuple[str, ...] = _default("sandbox_env")
+    verify_network: str = _default("verify_network")
     worktree: bool = _default("worktree")
     name: str | None = _default("name")
     notify: tuple[str, ...] = _default("notify")

@@ -226,3 +226,39 @@ def test_a_path_to_bind_that_does_not_exist_is_one_line_and_nothing_is_spawned(b
     err = boxed.stderr.decode(errors="replace")
     assert f"ralph-supervise: --sandbox-ro: {tmp_path / 'absent'} does not exist" in err
     assert not (boxed.marks / "ran").exists() and not events(boxed.state_dir, "child_started")
+
+
+# ------------------------------------------------------------------ the verify in a box
+
+CHECK = """#!/bin/sh
+if bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null; then echo "probe: reached"; else echo "probe: refused"; fi
+echo "canary: $(cat {canary} 2>/dev/null || echo hidden)"
+echo "aws: ${{AWS_SECRET_ACCESS_KEY:-none}}"
+echo ok > written-by-the-verify.txt
+echo "============================== 1 passed in 0.01s =============================="
+"""
+
+
+@needs_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("network", ["off", "on"])
+def test_the_verify_runs_in_a_box_too_its_network_off_unless_asked(boxed: Run, tmp_path: Path, network: str) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    canary = tmp_path / "canary"
+    canary.write_text("seen\n")
+    try:
+        (boxed.workspace / "check.sh").write_text(CHECK.format(port=server.server_address[1], canary=canary))
+        loop = "echo ITER; echo one > one.txt; sleep 0.5; echo ITER; sleep 1.5"
+        boxed.start(*SANDBOXED, "--verify-network", network, "--verify", "sh check.sh", "--iteration-marker", "^ITER$",
+                    "--", "sh", "-c", loop, env={"AWS_SECRET_ACCESS_KEY": "sek"})
+        assert boxed.finish(60) == 0, boxed.stderr.decode(errors="replace")[-2000:]
+    finally:
+        server.shutdown()
+        server.server_close()
+    finished = events(boxed.state_dir, "verify_finished")
+    assert finished and finished[0].get("passed") == 1 and not finished[0].get("unverified"), finished
+    output = (boxed.state_dir / "verify-output.log").read_text()
+    assert ("probe: refused" if network == "off" else "probe: reached") in output, output
+    assert "canary: hidden" in output and "aws: none" in output, output
+    assert not (boxed.workspace / "written-by-the-verify.txt").exists()
