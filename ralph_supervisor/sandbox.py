@@ -5,8 +5,11 @@ own records, every socket of the session. Under bubblewrap the loop gets the wor
 read-only, a private `/tmp`, a home folder holding only what is named (the agents' own folders, `--sandbox-ro`
 and `--sandbox-rw`), no `/run` (the session bus, the docker socket) and an environment that is an allow-list.
 The supervisor's state folder is never inside. The shims are bound read-only, with their notice and pending
-folders writable, at the same path as outside, and the box stays in the host's PID namespace: the tree, the
-pidfds, pause and stop see the boxed processes as they see any other (no PID to map).
+folders writable, at the same path as outside (so the refusal during a stop, a file in the read-only part,
+cannot be deleted from inside). The box has a PID namespace of its own (`--unshare-pid`: its `/proc` shows
+its own processes only, never the environment of the user's others): the tree, the pidfds, pause and stop
+see its processes from outside as any others, and a shim's notice, which names the box's PID, is mapped to
+ours through `NSpid` (process/namespace.py).
 
 bubblewrap runs with `--die-with-parent` (the box dies with its bwrap) and `--new-session` (no terminal to
 push input into). Before the loop starts, the same box runs `true` once: a path it cannot bind, a kernel
@@ -153,7 +156,8 @@ class Box:
 
     def arguments(self) -> list[str]:
         """bubblewrap's options for this box, in mount order (a later mount covers an earlier one). Pure."""
-        args = ["--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try"]
         if not self.network:
             args.append("--unshare-net")
         for entry in SYSTEM:

@@ -72,6 +72,7 @@ from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor import masking, state_folder
 from ralph_supervisor.run_folder import RunFolder, RunFolderError
 from ralph_supervisor import worktree
+from ralph_supervisor.process.namespace import box_namespace
 from ralph_supervisor.sandbox import box_for
 from ralph_supervisor.state_guard import StateGuard
 from ralph_supervisor.store import atomic_write_text
@@ -242,8 +243,11 @@ class Supervisor:
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
-        self._child_env = (self.calls.prepare(run_dir, self._child_environment()) if run_dir is not None
-                           else self._child_environment())
+        boxed = settings.sandbox == "bwrap"
+        self._child_env = (self.calls.prepare(run_dir, self._child_environment(), owner_pid=1 if boxed else None)
+                           if run_dir is not None else self._child_environment())
+        if boxed:  # the box has PIDs of its own: the shims' notices name those
+            self.calls.box_namespace = lambda: box_namespace(self.child.pid) if self.child is not None else None
         self.box = box_for(settings, self._child_env, self.calls.shims, self.tree_marker.partition("=")[0])
         """The loop's bubblewrap box (`--sandbox bwrap`), None without one."""
 

@@ -130,13 +130,14 @@ def test_a_boxed_loop_writes_its_workspace_and_nothing_else(boxed: Run, tmp_path
     shown.mkdir()
     (shown / "notes.txt").write_text("visible\n")
     agent = executable(tmp_path / "tools" / "agentbin", "claude",
-                       "#!/bin/sh\necho \"step $$\" > \"step_$$.txt\"\n"
+                       "#!/bin/sh\necho \"step $$\" > \"step_$$.txt\"\n[ \"$2\" = slow ] && sleep 1.5\n"
                        "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
-    script = (f"claude -p one; claude -p two; echo evil > {other}/keep.txt; echo new > {other}/new.txt; "
+    script = (f"claude -p slow; claude -p quick; echo evil > {other}/keep.txt; echo new > {other}/new.txt; "
               f"cat {home}/.ssh/id_ed25519; echo \"home: $(ls -A {home})\"; echo \"aws: ${{AWS_SECRET_ACCESS_KEY:-none}}\"; "
               f"echo \"shown: $(cat {shown}/notes.txt)\"; echo changed > {shown}/notes.txt; sleep 0.5")
     boxed.start(*SANDBOXED, "--sandbox-ro", str(shown), "--", "sh", "-c", script,
                 env={"HOME": str(home), "PATH": f"{agent.parent}:{os.environ['PATH']}", "AWS_SECRET_ACCESS_KEY": "sek"})
+    seen = wait_for(lambda: [p.pid for p in boxed.tree() if p.name() == "claude"], what="the slow call in the box")
     assert boxed.finish(60) == 0
     log = (boxed.state_dir / "child.log").read_bytes().decode(errors="replace")
     assert (other / "keep.txt").read_text() == "untouched\n" and not (other / "new.txt").exists()
@@ -149,9 +150,12 @@ def test_a_boxed_loop_writes_its_workspace_and_nothing_else(boxed: Run, tmp_path
     assert len(list(boxed.workspace.glob("step_*.txt"))) == 2
     finished = events(boxed.state_dir, "iteration_finished")
     assert len(finished) == 2 and all(e.get("files_changed", 1) >= 1 for e in finished), finished
-    # each call was known by its pid (its shim's notice, written from inside the box: `exec` keeps the pid)
-    pids = {int(p.name.removeprefix("step_").removesuffix(".txt")) for p in boxed.workspace.glob("step_*.txt")}
-    assert {e["pid"] for e in events(boxed.state_dir, "iteration_started")} == pids
+    # The slow call's notice named the box's PID, mapped to ours through NSpid: the call is the process we saw.
+    # The quick one may be over before its notice is read (no process left to map: PID 0); an iteration all the same.
+    started = events(boxed.state_dir, "iteration_started")
+    assert len(started) == 2 and started[0]["pid"] == seen[0], (started, seen)
+    inner = {int(p.name.removeprefix("step_").removesuffix(".txt")) for p in boxed.workspace.glob("step_*.txt")}
+    assert seen[0] not in inner, "inside the box the agent has a PID of the box's own"
     assert marked(boxed.mark) == []
 
 
@@ -262,3 +266,27 @@ def test_the_verify_runs_in_a_box_too_its_network_off_unless_asked(boxed: Run, t
     assert ("probe: refused" if network == "off" else "probe: reached") in output, output
     assert "canary: hidden" in output and "aws: none" in output, output
     assert not (boxed.workspace / "written-by-the-verify.txt").exists()
+
+
+def test_nspid_is_read_and_a_box_pid_maps_to_ours(tmp_path: Path) -> None:
+    from ralph_supervisor.process.namespace import box_namespace, host_pid, inner_pid, parse_ns_pids
+
+    assert parse_ns_pids("Name:\tsleep\nNSpid:\t4242\t7\n") == (4242, 7)
+    assert parse_ns_pids("Name:\tx\n") == ()
+    if _box_works() is not None:
+        pytest.skip(f"bubblewrap cannot make a box here: {_box_works()}")
+    outer = subprocess.Popen([BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+                              "--die-with-parent", "sh", "-c", "sleep 30 & echo $! > /dev/stderr; wait"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert outer.stderr is not None
+        inside = int(outer.stderr.readline())
+        namespace = wait_for(lambda: box_namespace(outer.pid), what="the box's PID namespace")
+        host = wait_for(lambda: host_pid(namespace, inside), what="the sleep's PID of ours")
+        wait_for(lambda: psutil.Process(host).cmdline() == ["sleep", "30"], what="the sleep itself (past its exec)")
+        assert host != inside
+        assert inner_pid(host) == inside and host_pid(namespace, 99999) is None
+    finally:
+        outer.kill()
+        outer.wait()
+    wait_for(lambda: host_pid(namespace, inside) is None, what="the box to be gone with its bubblewrap")
