@@ -147,6 +147,9 @@ def cmd_status(argv: Sequence[str]) -> int:
     from ralph_supervisor.masking import Masker
 
     report = status.collect(_state_dir(args.workspace, args.state_dir))
+    from ralph_supervisor.worktree import running_in_worktrees
+
+    report["worktrees"] = running_in_worktrees(expand_path(args.workspace or ".", "-w/--workspace"))
     masker = Masker.for_workspace(expand_path(args.workspace or ".", "-w/--workspace"))  # it quotes the agent
     if args.json:
         print(masker.mask(json.dumps(report, indent=2)))

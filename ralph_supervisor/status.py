@@ -113,6 +113,8 @@ def human(status: dict[str, Any]) -> str:
     if isinstance(status.get("worktree"), dict):
         tree = status["worktree"]
         lines.append(f"Worktree:       {tree.get('path')}, branch {tree.get('branch')} of {tree.get('checkout')}")
+    for loop in status.get("worktrees") or []:  # loops at work in worktrees of this checkout (--worktree)
+        lines.append(f"In a worktree:  branch {loop.get('branch')} at {loop.get('path')} (supervisor pid {loop.get('pid')})")
     if status.get("state_dir"):
         lines.append(f"State folder:   {status['state_dir']}")
     if status.get("warning"):

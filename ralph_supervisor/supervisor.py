@@ -182,6 +182,8 @@ class Supervisor:
         # the records and the humans
         self.warnings = Warnings()
         self.records = Records(self.state_dir, f"supervised: {' '.join(settings.command)}", self.warnings)
+        if settings.worktree:  # the daily budgets count across the worktrees of one repository
+            self.records.spend_dir = worktree.spend_folder(self.state_dir, self.records.spend_dir)
         self.sd = SystemdNotifier()
         self.notifier = Notifier.from_settings(settings)
         self.metrics: Any = NullMetrics()

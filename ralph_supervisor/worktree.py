@@ -141,6 +141,42 @@ def read(state_dir: Path) -> dict[str, Any] | None:
     return data
 
 
+def spend_folder(state_dir: Path, fallback: Path, env: Any = None) -> Path:
+    """Where a run in a worktree counts today's spend: the checkout's own default state folder (made when
+    missing, with its workspace.json), shared by the checkout's runs and all its worktrees'; `fallback` when
+    the run is in no worktree or that folder cannot be made."""
+    from ralph_supervisor.state_folder import write_origin
+
+    info = read(state_dir)
+    if info is None:
+        return fallback
+    folder = default_state_dir(Path(info["checkout"]), env)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return fallback
+    write_origin(Path(info["checkout"]), folder)
+    return folder
+
+
+def running_in_worktrees(checkout: Path) -> list[dict[str, Any]]:
+    """The live supervisors (from the registry) whose loop works in a worktree of `checkout`: for
+    `status -w CHECKOUT`. Each: `path`, `branch`, `state_dir`, `pid`."""
+    from ralph_supervisor.registry import current_boot_id, is_alive, read_registry, start_ticks
+
+    real = os.path.realpath(checkout)
+    boot = current_boot_id()
+    found = []
+    for entry in read_registry().entries:
+        if not is_alive(entry, start_ticks(entry.pid), boot):
+            continue
+        info = read(Path(entry.state_dir))
+        if info is not None and os.path.realpath(info["checkout"]) == real:
+            found.append({"path": info["path"], "branch": info["branch"], "state_dir": entry.state_dir,
+                          "pid": entry.pid})
+    return sorted(found, key=lambda item: item["branch"])
+
+
 def git_binds(workspace: Path) -> list[tuple[Path, bool]]:
     """What a box needs of the repository of a linked worktree (its `.git` is a file naming its git folder),
     as (path, writable); [] for any other workspace. Reads the disk."""
@@ -168,4 +204,4 @@ def git_binds(workspace: Path) -> list[tuple[Path, bool]]:
 
 
 __all__ = ["FILE", "Worktree", "WorktreeError", "branch_name", "create", "git_binds", "note", "read", "record",
-           "take"]
+           "running_in_worktrees", "spend_folder", "take"]

@@ -119,3 +119,55 @@ def test_a_linked_worktree_binds_objects_and_refs_writable_and_never_the_hooks(t
     assert not binds[common / "HEAD"] and binds[common / "worktrees" / "wt"]
     assert common / "hooks" not in binds
     assert git_binds(repo) == [], "a checkout's own .git folder is not a linked worktree"
+
+
+@pytest.mark.slow
+def test_the_daily_spend_counts_across_the_worktrees_of_one_repository(tmp_path: Path) -> None:
+    from ralph_supervisor.state_folder import default_state_dir
+    from tests.helpers import executable
+    from tests.helpers.supervise import events
+
+    repo = _checkout(tmp_path, tmp_path / "m")
+    agent = executable(tmp_path / "tools", "claude",
+                       "#!/bin/sh\necho '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,"
+                       "\"result\":\"ok\",\"usage\":{\"input_tokens\":100,\"output_tokens\":23}}'\n")
+    tokens = 0
+    for _ in range(2):
+        run = Run(repo)
+        try:
+            run.start("--worktree", "--", "sh", "-c", "claude -p go; sleep 0.3",
+                      env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+            assert run.finish(60) == 0, run.stderr.decode(errors="replace")[-2000:]
+        finally:
+            run.cleanup()
+        made = [e for e in run.logged("worktree_made")]
+        assert len(made) == 1
+        state = default_state_dir(Path(made[0]["path"]))
+        tokens += sum(e.get("tokens") or 0 for e in events(state, "iteration_finished"))
+        assert not (state / "daily-spend.json").exists(), "counted in the checkout's folder, not the worktree's"
+    assert tokens == 246
+    shared = json.loads((default_state_dir(repo.resolve()) / "daily-spend.json").read_text())
+    assert shared["tokens"] == tokens, shared
+
+
+@pytest.mark.slow
+def test_status_of_the_checkout_finds_the_loops_running_in_its_worktrees(tmp_path: Path) -> None:
+    from tests.helpers import wait_for
+
+    repo = _checkout(tmp_path, tmp_path / "m")
+    runs = [Run(repo), Run(repo)]
+    try:
+        for run in runs:
+            run.start("--worktree", "--", "sh", "-c", "sleep 30")
+            wait_for(lambda: run.logged("child_started"), what="the loop in its worktree")
+        shown = json.loads(cli(repo, "status", "--json").stdout)
+        branches = sorted(e["branch"] for r in runs for e in r.logged("worktree_made"))
+        assert [w["branch"] for w in shown["worktrees"]] == branches and len(set(branches)) == 2
+        assert {w["pid"] for w in shown["worktrees"]} == {r.proc.pid for r in runs if r.proc is not None}
+        assert len({w["state_dir"] for w in shown["worktrees"]}) == 2, "each loop has its own state folder"
+        human = cli(repo, "status").stdout
+        assert all(f"In a worktree:  branch {b}" in human for b in branches), human
+    finally:
+        for run in runs:
+            run.cleanup()
+    assert all(marked(r.mark) == [] for r in runs)
