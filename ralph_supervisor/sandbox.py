@@ -23,6 +23,7 @@ without user namespaces for an unprivileged bwrap, is one line naming why, and n
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -233,6 +234,28 @@ def box_for(settings: Any, env: Mapping[str, str], shims: Any, marker: str) -> B
                     shim_writable=(shims.calls, shims.pending) if shims is not None else ())
 
 
+REFUSED = re.compile(rb"Read-only file system")
+"""What a write the box refused says (EROFS, in the C library's words, as shells and tools print it)."""
+LOG_TAIL = 8 << 20
+
+
+def refused_writes(text: bytes) -> int:
+    """How many lines of the loop's output say a write was refused by the box's read-only binds. Pure."""
+    return sum(1 for line in text.splitlines() if REFUSED.search(line))
+
+
+def refused_in_log(state_dir: Path) -> int | None:
+    """`refused_writes` over the end of `child.log` (its last 8 MB); None when there is no log to read."""
+    path = Path(state_dir) / "child.log"
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - LOG_TAIL))
+            return refused_writes(fh.read())
+    except OSError:
+        return None
+
+
 VERIFY_ENV = frozenset({"VIRTUAL_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTEST_ADDOPTS", "CARGO_TARGET_DIR",
                         "CI", "RALPH_SUPERVISE_VERIFYING"})
 """What the verify sets for its command (verify/runner.py): kept in its box."""
@@ -291,4 +314,5 @@ class VerifyBox:
                    env=box_environment(env, extra=self.extra_env, keep=keep))
 
 
-__all__ = ["Bind", "Box", "SandboxError", "VerifyBox", "box_environment", "box_for", "keep_variable"]
+__all__ = ["Bind", "Box", "SandboxError", "VerifyBox", "box_environment", "box_for", "keep_variable", "refused_in_log",
+           "refused_writes"]

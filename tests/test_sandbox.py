@@ -44,6 +44,13 @@ def _box_works() -> str | None:
 # ------------------------------------------------------------------ the rules
 
 
+def test_refused_writes_are_counted_from_the_output() -> None:
+    from ralph_supervisor.sandbox import refused_writes
+
+    text = b"sh: 1: cannot create /x/a: Read-only file system\nok\ntouch: cannot touch 'b': Read-only file system\n"
+    assert refused_writes(text) == 2 and refused_writes(b"No such file or directory\n") == 0
+
+
 def test_the_environment_is_an_allow_list() -> None:
     env = {"PATH": "/usr/bin", "HOME": "/h", "LANG": "C.UTF-8", "LC_ALL": "C", "TERM": "xterm",
            "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t", "SSH_AUTH_SOCK": "/run/x", "DBUS_SESSION_BUS_ADDRESS": "u",
@@ -156,6 +163,9 @@ def test_a_boxed_loop_writes_its_workspace_and_nothing_else(boxed: Run, tmp_path
     assert len(started) == 2 and started[0]["pid"] == seen[0], (started, seen)
     inner = {int(p.name.removeprefix("step_").removesuffix(".txt")) for p in boxed.workspace.glob("step_*.txt")}
     assert seen[0] not in inner, "inside the box the agent has a PID of the box's own"
+    report = cli(boxed.workspace, "report")
+    assert "| box | bubblewrap (`--sandbox bwrap`), 1 write(s) refused (`Read-only file system` in the output) |" \
+        in report.stdout, report.stdout[:3000]
     assert marked(boxed.mark) == []
 
 

@@ -99,6 +99,18 @@ def iterations_line(a: Account) -> str:
     return iterations
 
 
+def box_of(a: Account) -> str:
+    """The box the last run was in (`--sandbox bwrap`) and the writes it refused, as the output shows them;
+    "" for a run in no box."""
+    if not a.runs or a.runs[-1].budgets.get("sandbox") != "bwrap":
+        return ""
+    from ralph_supervisor.sandbox import refused_in_log
+
+    refused = refused_in_log(Path(a.state_dir)) if a.state_dir else None
+    said = "" if refused is None else f", {refused} write(s) refused (`Read-only file system` in the output)"
+    return f"bubblewrap (`--sandbox bwrap`){said}"
+
+
 def worktree_of(state_dir: str) -> dict[str, Any] | None:
     """The run's worktree (`--worktree`), from the state folder's worktree.json; None without one."""
     from ralph_supervisor.worktree import read
@@ -124,6 +136,7 @@ def render_markdown(a: Account) -> str:
         f"| workspace | `{a.workspace}` |",
         *([f"| worktree | branch `{w['branch']}` of `{w['checkout']}`, kept for review (nothing is merged) |"]
           if (w := worktree_of(a.state_dir)) else []),
+        *([f"| box | {box_of(a)} |"] if box_of(a) else []),
         f"| runs | {len(a.runs)}: {span} |",
         f"| wall time | {duration(a.wall_s)} |",
         f"| iterations | {iterations} |",

@@ -69,7 +69,7 @@ def started_fields(settings: Any) -> dict[str, Any]:
     """Extra fields of the `supervisor_started` event: the budgets and caps the report measures a run
     against, and the loop's name (none of them is in the state folder otherwise)."""
     names = ("token_budget", "daily_token_budget", "cost_budget", "daily_cost_budget", "max_iterations",
-             "max_opens", "on_open", "cooldown", "name")
+             "max_opens", "on_open", "cooldown", "name", "sandbox")
     return {"budgets": {name: getattr(settings, name, None) for name in names}}
 
 
