@@ -300,3 +300,23 @@ def test_nspid_is_read_and_a_box_pid_maps_to_ours(tmp_path: Path) -> None:
         outer.kill()
         outer.wait()
     wait_for(lambda: host_pid(namespace, inside) is None, what="the box to be gone with its bubblewrap")
+
+
+@pytest.mark.slow
+def test_a_kernel_without_user_namespaces_is_one_line_and_nothing_is_spawned(tmp_path: Path) -> None:
+    """bubblewrap's own words where the kernel refuses it a namespace (a bwrap that answers as Debian's does
+    there: this machine allows user namespaces, so the refusal is played by a stand-in on PATH)."""
+    fake = executable(tmp_path / "fakebin", "bwrap",
+                      "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the kernel "
+                      "does not allow non-privileged user namespaces.' >&2\nexit 1\n")
+    run = Run(tmp_path / "ws", marks=tmp_path / "marks")
+    try:
+        run.start(*SANDBOXED, "--", "sh", "-c", f"touch {tmp_path}/marks/ran",
+                  env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+        assert run.finish(60) == 1
+    finally:
+        run.cleanup()
+    lines = [line for line in run.stderr.decode(errors="replace").splitlines() if line.startswith("ralph-supervise:")]
+    assert len(lines) == 1 and "--sandbox bwrap: the box cannot be made: bwrap: No permissions to creating new " \
+        "namespace" in lines[0] and "user namespaces" in lines[0], lines
+    assert not (tmp_path / "marks" / "ran").exists() and not events(run.state_dir, "child_started")
