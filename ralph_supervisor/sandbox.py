@@ -41,10 +41,6 @@ ENV_PREFIXES = ("LC_",)
 PROBE_TIMEOUT = 10.0
 
 
-class SandboxError(Exception):
-    """The box cannot be made as asked: the message is the one line the user sees."""
-
-
 @dataclass(frozen=True)
 class Bind:
     path: Path
@@ -145,14 +141,12 @@ class Box:
         if self.bwrap is None:
             return "--sandbox bwrap: bubblewrap (bwrap) is not installed or not on PATH (Debian: apt install bubblewrap)"
         state = Path(os.path.realpath(self.state_dir))
-        for bind in self.binds:
-            if bind.what.startswith("--sandbox") and not os.path.lexists(bind.path):
+        for bind in (b for b in self.binds if b.what.startswith("--sandbox")):  # the paths the user named
+            if not os.path.lexists(bind.path):
                 return f"{bind.what}: {bind.path} does not exist"
-            real = Path(os.path.realpath(bind.path))
-            if _inside(state, real):
-                if bind.what.startswith("--sandbox"):
-                    return (f"{bind.what}: {bind.path} holds the state folder {self.state_dir}, which is never "
-                            "inside the box")
+            if _inside(state, Path(os.path.realpath(bind.path))):
+                return (f"{bind.what}: {bind.path} holds the state folder {self.state_dir}, which is never "
+                        "inside the box")
         return None
 
     def arguments(self) -> list[str]:
@@ -314,5 +308,5 @@ class VerifyBox:
                    env=box_environment(env, extra=self.extra_env, keep=keep))
 
 
-__all__ = ["Bind", "Box", "SandboxError", "VerifyBox", "box_environment", "box_for", "keep_variable", "refused_in_log",
+__all__ = ["Bind", "Box", "VerifyBox", "box_environment", "box_for", "keep_variable", "refused_in_log",
            "refused_writes"]

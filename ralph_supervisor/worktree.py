@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,7 +58,7 @@ class Worktree:
                 "left_behind": self.left_behind}
 
 
-def branch_name(name: str, now: float, taken: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def branch_name(name: str, now: float, taken: Collection[str] = ()) -> str:
     """`ralph/<name>-<YYYYMMDD>-<HHMMSS>` (UTC), with `-2`, `-3`... when taken. Pure."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:40] or "loop"
     stamp = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -99,14 +100,13 @@ def create(checkout: Path, name: str, now: float, root: Path) -> Worktree:
                                                  f"refs/heads/{BRANCH_PREFIX}"]).splitlines()}
     branch = branch_name(name or top.name, now, taken)
     path = root / branch.removeprefix(BRANCH_PREFIX).replace("/", "-")
-    dirt = _git(top, ["status", "--porcelain=v1", "--ignored=traditional", "--untracked-files=all"],
-                filters=filter_names(_git(top, FILTER_LISTING, ok=(0, 1))))
+    filters = filter_names(_git(top, FILTER_LISTING, ok=(0, 1)))  # none of them runs (safe_git)
+    dirt = _git(top, ["status", "--porcelain=v1", "--ignored=traditional", "--untracked-files=all"], filters=filters)
     left = sum(1 for line in dirt.splitlines() if line.strip())
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WorktreeError(f"--worktree: cannot make {root}: {exc.strerror or exc}") from None
-    filters = filter_names(_git(top, FILTER_LISTING, ok=(0, 1)))
     _git(top, ["worktree", "add", "--quiet", "-b", branch, str(path), head], filters=filters)
     return Worktree(checkout=top, path=path, branch=branch, base=head, left_behind=left)
 
