@@ -320,3 +320,22 @@ def test_a_kernel_without_user_namespaces_is_one_line_and_nothing_is_spawned(tmp
     assert len(lines) == 1 and "--sandbox bwrap: the box cannot be made: bwrap: No permissions to creating new " \
         "namespace" in lines[0] and "user namespaces" in lines[0], lines
     assert not (tmp_path / "marks" / "ran").exists() and not events(run.state_dir, "child_started")
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_notice_forged_from_inside_the_box_is_no_call(boxed: Run, tmp_path: Path) -> None:
+    agent = executable(tmp_path / "tools" / "agentbin", "claude",
+                       "#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
+                       "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+    # The loop's shell writes a call notice naming itself into the shims' calls/ (writable from inside).
+    forge = ("calls=\"${PATH%%:*}/../calls\"; printf 'v1\\0call\\0claude\\0%s\\0\\0/usr/bin/claude\\0%s\\0\\0' $$ 0 "
+             "> \"$calls/$$\"; sleep 1; claude -p real; sleep 0.3")
+    boxed.start(*SANDBOXED, "--", "bash", "-c", forge, env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(60) == 0
+    forged = events(boxed.state_dir, "agent_call_forged")
+    assert len(forged) == 1 and forged[0]["name"] == "claude", forged
+    started = events(boxed.state_dir, "iteration_started")
+    assert len(started) == 1 and started[0]["pid"] != forged[0]["pid"], started
+    finished = events(boxed.state_dir, "iteration_finished")
+    assert len(finished) == 1 and "real.txt" in finished[0]["paths"], finished

@@ -331,10 +331,27 @@ class CallWatcher:
         namespace = self.box_namespace()
         host = host_pid(namespace, notice.pid) if namespace is not None else None
         host = host or 0
+        if host and notice.kind == "call" and not self._is_announcer(host, notice):
+            # Anyone in the box can write into calls/: a notice whose process is neither the shim nor the agent
+            # it names is not a call (the loop's shell naming itself, say). Its pending mark goes with it.
+            log.warning("agent_call_forged", pid=host, name=notice.name, note="a notice no shim wrote: ignored")
+            if self.shims is not None:
+                self.shims.judged(notice.pid)
+            return None
         self._inner[host] = notice.pid
         if len(self._inner) > ANNOUNCED_KEPT:
             del self._inner[next(iter(self._inner))]
         return dataclasses.replace(notice, pid=host)
+
+    def _is_announcer(self, pid: int, notice: Notice) -> bool:
+        """Is `pid` the shim that wrote this notice, or the agent it `exec`ed: its name or path among the first
+        arguments (a script agent runs as `INTERPRETER PATH ...`, through `env` as `env node PATH ...`)?"""
+        cmdline = read_cmdline(pid)
+        if not cmdline:
+            return True  # gone since it was mapped: nothing to tell it by, and it is no process of ours any more
+        shims = self.shims
+        return ((shims is not None and shims.is_shim(cmdline))
+                or any(arg == notice.target or os.path.basename(arg) == notice.name for arg in cmdline[:3]))
 
     def _note_announced(self, notice: Notice) -> None:
         """Before its file goes: the sampler must find one or the other, or it takes the call for its own."""
