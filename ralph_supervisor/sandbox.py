@@ -126,6 +126,8 @@ class Box:
                 for folder in _for_binary(Path(os.path.abspath(found)), system):
                     if folder not in (home, Path("/")):
                         binds.append(Bind(folder, False, f"the executable {name}"))
+        if command and os.path.basename(command[0]).startswith("ralph") and (home / ".ralph").is_dir():
+            binds.append(Bind(home / ".ralph", False, "Ralph's install"))  # ~/.local/bin/ralph runs ~/.ralph/*.sh
         binds += [Bind(path, writable, "the worktree's repository") for path, writable in git]
         binds += [Bind(Path(os.path.abspath(p)), False, "--sandbox-ro") for p in ro]
         binds += [Bind(Path(os.path.abspath(p)), True, "--sandbox-rw") for p in rw]

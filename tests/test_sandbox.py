@@ -106,6 +106,10 @@ def test_the_adapters_name_their_folders_and_a_found_agent_is_bound_read_only(tm
     assert (agent.parent, False) in binds
     assert not any(b.path == home / ".codex" for b in box.binds), "only the adapters of the watched agents"
     assert "CLAUDE_CODE_X" in box.env and "OPENAI_API_KEY" not in box.env
+    (home / ".ralph").mkdir()
+    ralph = Box.plan(workspace=tmp_path / "ws", state_dir=tmp_path / "state", bwrap="/b", command=("ralph", "--monitor"),
+                     env={"HOME": str(home), "PATH": "/usr/bin"})
+    assert Bind(home / ".ralph", False, "Ralph's install") in ralph.binds, "Ralph's global install runs ~/.ralph/"
 
 
 # ------------------------------------------------------------------ real boxes
