@@ -148,7 +148,7 @@ def test_a_boxed_loop_writes_its_workspace_and_nothing_else(boxed: Run, tmp_path
               f"echo \"shown: $(cat {shown}/notes.txt)\"; echo changed > {shown}/notes.txt; sleep 0.5")
     boxed.start(*SANDBOXED, "--sandbox-ro", str(shown), "--", "sh", "-c", script,
                 env={"HOME": str(home), "PATH": f"{agent.parent}:{os.environ['PATH']}", "AWS_SECRET_ACCESS_KEY": "sek"})
-    seen = wait_for(lambda: [p.pid for p in boxed.tree() if p.name() == "claude"], what="the slow call in the box")
+    seen = wait_for(lambda: [p.pid for p in boxed.tree() if _name(p) == "claude"], what="the slow call in the box")
     assert boxed.finish(60) == 0
     log = (boxed.state_dir / "child.log").read_bytes().decode(errors="replace")
     assert (other / "keep.txt").read_text() == "untouched\n" and not (other / "new.txt").exists()
@@ -173,6 +173,13 @@ def test_a_boxed_loop_writes_its_workspace_and_nothing_else(boxed: Run, tmp_path
     assert marked(boxed.mark) == []
 
 
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except (psutil.Error, OSError):  # gone while we look
+        return ""
+
+
 PAUSABLE = """
 bash -c 'echo $$ > "$MARKS/busy.pid.tmp"; mv "$MARKS/busy.pid.tmp" "$MARKS/busy.pid"; while :; do :; done' &
 ( setsid sleep 1000 & )
@@ -187,7 +194,7 @@ def test_a_boxed_tree_is_frozen_by_a_pause_and_a_stop_leaves_nothing(boxed: Run)
     boxed.start(*SANDBOXED, "--", "bash", "-c", PAUSABLE)
     wait_for(lambda: (boxed.marks / "busy.pid").exists(), what="the busy child in the box")
     wait_for(lambda: len(boxed.tree()) >= 4, what="the boxed tree (bwrap, bash, busy, sleep)")
-    names = {p.name() for p in boxed.tree()}
+    names = {_name(p) for p in boxed.tree()}
     assert "bwrap" in names, names
     assert cli(boxed.workspace, "pause").returncode == 0
     frozen = states(boxed.tree())
