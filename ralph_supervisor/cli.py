@@ -71,6 +71,9 @@ def _run_parser() -> argparse.ArgumentParser:
         kwargs: dict[str, Any] = {"dest": f"opt_{option.name}", "metavar": option.metavar, "help": option.help}
         if option.repeatable:
             kwargs["action"] = "append"
+        if option.switch:
+            kwargs.update(action="store_const", const="true", metavar=None)
+            del kwargs["metavar"]
         parser.add_argument(option.flag, **kwargs)
     parser.add_argument("--verbose", dest="opt_log_detail", action="store_const", const="verbose",
                         help="the same as --log-detail verbose")
@@ -144,6 +147,9 @@ def cmd_status(argv: Sequence[str]) -> int:
     from ralph_supervisor.masking import Masker
 
     report = status.collect(_state_dir(args.workspace, args.state_dir))
+    from ralph_supervisor.worktree import running_in_worktrees
+
+    report["worktrees"] = running_in_worktrees(expand_path(args.workspace or ".", "-w/--workspace"))
     masker = Masker.for_workspace(expand_path(args.workspace or ".", "-w/--workspace"))  # it quotes the agent
     if args.json:
         print(masker.mask(json.dumps(report, indent=2)))

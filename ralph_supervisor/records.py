@@ -50,6 +50,9 @@ class Records:
         self.ledger = ledger_json.Ledger(state_dir, goal)
         if self.ledger.warning:
             log.warning("ledger_corrupt", detail=self.ledger.warning)
+        self.spend_dir = state_dir
+        """Where today's spend is counted: this folder, or the checkout's for a run in a worktree (worktree.py),
+        so the daily budgets hold across the worktrees of one repository."""
         self._daily_fallback = DailySpend("")
         """Today's spend counted in memory while daily-spend.json cannot be written."""
 
@@ -75,9 +78,9 @@ class Records:
         """Today's spend across runs, this call's added once."""
         try:
             if tokens or cost_usd:
-                spend, warning = daily_spend_json.add(self.state_dir, tokens, cost_usd, now)
+                spend, warning = daily_spend_json.add(self.spend_dir, tokens, cost_usd, now)
             else:
-                spend, warning = daily_spend_json.load(self.state_dir, now)
+                spend, warning = daily_spend_json.load(self.spend_dir, now)
         except OSError as exc:
             self.warnings.once("daily_spend_unwritable", error=str(exc))
             fallback = self._daily_fallback.today(now)

@@ -193,6 +193,21 @@ def _strings(raw: Any) -> tuple[str, ...]:
     return tuple(items)
 
 
+def _paths(raw: Any) -> tuple[Path, ...]:
+    """Paths (`~` expanded): a string, or a TOML list of them."""
+    return tuple(_expand(item.strip()) for item in _strings(raw) if item.strip())
+
+
+def _variable_names(raw: Any) -> tuple[str, ...]:
+    """Environment variable names, `PREFIX_*` for all that start so (a comma list, or a TOML list)."""
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*?", name):
+            raise ValueError(f"{name!r} is not a variable name (or PREFIX_*)")
+    return names
+
+
 def _regex(raw: Any) -> str | None:
     text = _text(raw)
     if not text:
@@ -272,6 +287,8 @@ class Option:
     env: tuple[str, ...] = ()
     repeatable: bool = False
     metavar: str | None = None
+    switch: bool = False
+    """A flag without a value (`--worktree`): given, it is "true"; the environment and the file take a boolean."""
 
 
 _BREAKER = Thresholds()
@@ -356,6 +373,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent", "--agent", _agent, "auto",
            "read every call with this agent's adapter instead of the one its process name selects",
            ("RALPH_SUPERVISE_AGENT_FORMAT",), metavar="NAME"),
+    Option("sandbox", "--sandbox", _choice("none", "bwrap"), "none",
+           "run the loop in a bubblewrap box: workspace read-write, system read-only, a private /tmp, the home "
+           "folder hidden but for what the agents need", ("RALPH_SUPERVISE_SANDBOX",), metavar="none|bwrap"),
+    Option("sandbox_ro", "--sandbox-ro", _paths, (), "one more path in the box, read-only",
+           repeatable=True, metavar="PATH"),
+    Option("sandbox_rw", "--sandbox-rw", _paths, (), "one more path in the box, read-write",
+           repeatable=True, metavar="PATH"),
+    Option("sandbox_network", "--sandbox-network", _choice("on", "off"), "on",
+           "the box's network (off: loopback of its own only)", ("RALPH_SUPERVISE_SANDBOX_NETWORK",),
+           metavar="on|off"),
+    Option("sandbox_env", "--sandbox-env", _variable_names, (),
+           "more environment variables kept in the box (names or PREFIX_*, comma list)",
+           repeatable=True, metavar="NAMES"),
+    Option("verify_network", "--verify-network", _choice("on", "off"), "off",
+           "with --sandbox: the network of the verify's box (off: it runs the agent's code with none)",
+           ("RALPH_SUPERVISE_VERIFY_NETWORK",), metavar="on|off"),
+    Option("worktree", "--worktree", _bool, False,
+           "run the loop in a new git worktree of the workspace's HEAD, on a branch ralph/<name>-<date>-<time> that "
+           "stays for review; the checkout is never touched", ("RALPH_SUPERVISE_WORKTREE",), switch=True),
     Option("name", "--name", _optional_text, None, "a short name for this loop (metrics label, ls, notices)",
            ("RALPH_SUPERVISE_NAME",), metavar="NAME"),
     Option("notify", "--notify", _notify_urls, (), "an apprise URL notified on open, final stop, limit wait and child exit (repeatable)",
@@ -446,6 +482,13 @@ class Settings:
     false_completion: str = _default("false_completion")
     snapshot_skip: tuple[str, ...] = _default("snapshot_skip")
     agent: str = _default("agent")
+    sandbox: str = _default("sandbox")
+    sandbox_ro: tuple[Path, ...] = _default("sandbox_ro")
+    sandbox_rw: tuple[Path, ...] = _default("sandbox_rw")
+    sandbox_network: str = _default("sandbox_network")
+    sandbox_env: tuple[str, ...] = _default("sandbox_env")
+    verify_network: str = _default("verify_network")
+    worktree: bool = _default("worktree")
     name: str | None = _default("name")
     notify: tuple[str, ...] = _default("notify")
     iteration_process: tuple[str, ...] = _default("iteration_process")

@@ -46,6 +46,7 @@ from ralph_supervisor import store as state_files
 from ralph_supervisor.evidence.ignore import read_text
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.rotating import read_json_lines
+from ralph_supervisor.safe_git import command as safe_command
 
 STORE_DIR = "snapshots"
 TRIPS_FILE = "trips.jsonl"
@@ -295,10 +296,12 @@ def classify_failure(stderr: str) -> str:
 class _Git:
     """One way to run git on the store: its environment, its pid kept out of the tree, its failures classified."""
 
-    def __init__(self, git: str, git_dir: Path, work_tree: Path) -> None:
+    def __init__(self, git: str, git_dir: Path, work_tree: Path, filters: Collection[str] = ()) -> None:
         self.git = git
         self.git_dir = git_dir
         self.work_tree = work_tree
+        self.filters = tuple(filters)
+        """Filter drivers emptied in every command (safe_git): those of a config we do not write."""
 
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None, now: float | None = None,
             ok: Sequence[int] = (0,)) -> bytes:
@@ -307,7 +310,7 @@ class _Git:
         if command == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
         try:
-            proc = HELPERS.popen([self.git, *args], cwd=self.work_tree, env=env, close_fds=True,
+            proc = HELPERS.popen(safe_command(self.git, args, filters=self.filters), cwd=self.work_tree, env=env, close_fds=True,
                                  stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:

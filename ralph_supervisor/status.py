@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor import worktree
 from ralph_supervisor.breaker import Breaker, Thresholds
 from ralph_supervisor.control import ControlError, NoSupervisor, request
 from ralph_supervisor.files import history_jsonl, state_json, verify_jsonl
@@ -37,7 +38,7 @@ def collect(state_dir: Path) -> dict[str, Any]:
         try:
             live = request(state_dir, "status", timeout=5.0)
             if isinstance(live, dict) and "state" in live:
-                return {**live, "state_dir": str(state_dir)}
+                return {**live, "state_dir": str(state_dir), "worktree": worktree.read(state_dir)}
         except (NoSupervisor, ControlError):
             pass
     data, warning = _from_state_file(state_dir)
@@ -49,6 +50,7 @@ def collect(state_dir: Path) -> dict[str, Any]:
 
     data["snapshots"] = read_summary(state_dir)
     data["verify"] = verify_jsonl.status_of(verify_jsonl.last(state_dir))
+    data["worktree"] = worktree.read(state_dir)
     if warning:
         data["warning"] = warning
     return data
@@ -108,6 +110,11 @@ def human(status: dict[str, Any]) -> str:
         lines.append(f"Snapshots:      {text}")
     if isinstance(status.get("verify"), dict):
         lines.append(f"Last verify:    {verify_jsonl.human(status['verify'])}")
+    if isinstance(status.get("worktree"), dict):
+        tree = status["worktree"]
+        lines.append(f"Worktree:       {tree.get('path')}, branch {tree.get('branch')} of {tree.get('checkout')}")
+    for loop in status.get("worktrees") or []:  # loops at work in worktrees of this checkout (--worktree)
+        lines.append(f"In a worktree:  branch {loop.get('branch')} at {loop.get('path')} (supervisor pid {loop.get('pid')})")
     if status.get("state_dir"):
         lines.append(f"State folder:   {status['state_dir']}")
     if status.get("warning"):

@@ -71,6 +71,9 @@ from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor import masking, state_folder
 from ralph_supervisor.run_folder import RunFolder, RunFolderError
+from ralph_supervisor import worktree
+from ralph_supervisor.process.namespace import box_namespace
+from ralph_supervisor.sandbox import box_for
 from ralph_supervisor.state_guard import StateGuard
 from ralph_supervisor.store import atomic_write_text
 from ralph_supervisor.hooks import HookRunner
@@ -179,6 +182,8 @@ class Supervisor:
         # the records and the humans
         self.warnings = Warnings()
         self.records = Records(self.state_dir, f"supervised: {' '.join(settings.command)}", self.warnings)
+        if settings.worktree:  # the daily budgets count across the worktrees of one repository
+            self.records.spend_dir = worktree.spend_folder(self.state_dir, self.records.spend_dir)
         self.sd = SystemdNotifier()
         self.notifier = Notifier.from_settings(settings)
         self.metrics: Any = NullMetrics()
@@ -240,8 +245,13 @@ class Supervisor:
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
-        self._child_env = (self.calls.prepare(run_dir, self._child_environment()) if run_dir is not None
-                           else self._child_environment())
+        boxed = settings.sandbox == "bwrap"
+        self._child_env = (self.calls.prepare(run_dir, self._child_environment(), owner_pid=1 if boxed else None)
+                           if run_dir is not None else self._child_environment())
+        if boxed:  # the box has PIDs of its own: the shims' notices name those
+            self.calls.box_namespace = lambda: box_namespace(self.child.pid) if self.child is not None else None
+        self.box = box_for(settings, self._child_env, self.calls.shims, self.tree_marker.partition("=")[0])
+        """The loop's bubblewrap box (`--sandbox bwrap`), None without one."""
 
     # ------------------------------------------------------------------ set-up and tear-down
 
@@ -383,9 +393,18 @@ class Supervisor:
     def _spawn(self) -> None:
         settings = self.settings
         self.calls.release()  # a restart after a stop: its calls may run
+        argv, env = list(settings.command), self._child_env
+        if self.box is not None:
+            problem = self.box.problem() or self.box.probe()  # nothing is spawned in a box that cannot be made
+            if problem:
+                log.error("sandbox_unavailable", error=problem)
+                print(f"ralph-supervise: {problem}", file=sys.stderr)
+                self._finish(1)
+                return
+            argv, env = self.box.wrap(argv), self.box.env
         began = time.time()  # before the fork: a first call of milliseconds may be over before spawn returns
         try:
-            popen = spawn(list(settings.command), settings.workspace, self._child_env, loop_stdin())
+            popen = spawn(argv, settings.workspace, env, loop_stdin())
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -974,10 +993,20 @@ def run_supervisor(settings: Settings) -> int:
     if problem:
         print(f"ralph-supervise: {problem}", file=sys.stderr)
         return 1
+    made: worktree.Worktree | None = None
+    if settings.worktree:  # the run moves into a new worktree of the checkout, with a state folder of its own
+        try:
+            settings, made = worktree.take(settings)
+        except worktree.WorktreeError as exc:
+            print(f"ralph-supervise: {exc}", file=sys.stderr)
+            return 1
+        print(f"ralph-supervise: {worktree.note(made)}", file=sys.stderr)
     masking.configure(settings.workspace)  # the .env's values are masked in all we show or send
     try:
         where = state_folder.set_up(settings)  # outside the workspace; an old in-workspace folder moved out
         files.prepare(settings.state_dir)
+        if made is not None:
+            worktree.record(settings.state_dir, made)
     except state_folder.StateFolderError as exc:
         print(f"ralph-supervise: {exc}", file=sys.stderr)
         return 1
@@ -1004,6 +1033,8 @@ def run_supervisor(settings: Settings) -> int:
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until `ls --prune`
     for line in where:  # on stderr as every event is, and in events.jsonl
         log.info("state_folder", state_dir=str(settings.state_dir), note=line)
+    if made is not None:
+        log.info("worktree_made", **made.to_json())
     code, hurried = 1, False
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))

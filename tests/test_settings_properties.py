@@ -261,6 +261,19 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
         case "notify":
             return st.lists(st.sampled_from(["json://127.0.0.1:9/x", "ntfy://topic"]), max_size=2).map(
                 lambda v: (v, tuple(v)))
+        case "sandbox":
+            return st.sampled_from(["none", "bwrap", "BWRAP"]).map(lambda v: (v, v.lower()))
+        case "sandbox_network" | "verify_network":
+            return st.sampled_from(["on", "off", " Off "]).map(lambda v: (v, v.strip().lower()))
+        case "sandbox_ro" | "sandbox_rw":
+            return st.lists(st.sampled_from(["/opt/tools", "data", "~/notes"]), max_size=3).map(
+                lambda v: (v, tuple(Path(p).expanduser() for p in v)))
+        case "sandbox_env":
+            name = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}\*?", fullmatch=True)
+            return st.lists(name, min_size=1, max_size=3).map(lambda v: (v, tuple(v))) | st.lists(
+                name, min_size=1, max_size=3).map(lambda v: (",".join(v), tuple(v)))
+        case "worktree":
+            return same(st.booleans())
     raise AssertionError(f"no valid strategy for {option}")
 
 

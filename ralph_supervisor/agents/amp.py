@@ -16,6 +16,8 @@ from ralph_supervisor.agents.recognize import PromptMode
 class Amp(Claude):
     name = "amp"
     commands = ("amp",)
+    sandbox_home = ((".config/amp", False), (".local/share/amp", True), (".cache/amp", True))
+    sandbox_env = ("AMP_",)
     family = "claude"  # type: ignore[assignment]
     packages = ("@sourcegraph/amp",)
     prompt = PromptMode(flags=frozenset({"-x", "--execute"}))

@@ -543,6 +543,11 @@ class Adapter:
     """Event types only this agent prints: the evidence `owns` looks for when no process name says."""
     prompt: ClassVar[PromptMode] = ANY
     """How its CLI is run for a one-shot call (`-p`, `exec`): only those invocations are iterations."""
+    sandbox_home: ClassVar[tuple[tuple[str, bool], ...]] = ()
+    """What its CLI needs of the home folder in a `--sandbox` box: (path under home, writable); a read-only
+    entry inside a writable one keeps its settings and hooks out of the agent's reach (sandbox.py)."""
+    sandbox_env: ClassVar[tuple[str, ...]] = ()
+    """Prefixes of its own environment variables, kept in the box's allow-list."""
 
     @property
     def family(self) -> str:

@@ -135,6 +135,13 @@ def _result_error(result: dict[str, Any] | None) -> str:
 class Claude(Adapter):
     name = "claude"
     commands = ("claude",)
+    # ~/.claude.json names MCP servers, which run outside the box the next time: read-only (a single bound
+    # file cannot be replaced by rename anyway, so Claude's own updates to it are not kept).
+    sandbox_home = ((".claude", True), (".claude/settings.json", False), (".claude/settings.local.json", False),
+                    (".claude/CLAUDE.md", False), (".claude/hooks", False), (".claude/commands", False),
+                    (".claude/agents", False), (".claude/plugins", False), (".claude.json", False),
+                    (".local/share/claude", False), (".local/state/claude", True), (".cache/claude", True))
+    sandbox_env = ("ANTHROPIC_", "CLAUDE_")
     packages = ("@anthropic-ai/claude-code",)
     prompt = PromptMode(flags=frozenset({"-p", "--print"}))
     event_types: ClassVar[frozenset[str]] = STREAM_TYPES | {"result"}

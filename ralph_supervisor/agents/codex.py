@@ -36,6 +36,8 @@ def _message(value: Any) -> str:
 class Codex(Adapter):
     name = "codex"
     commands = ("codex",)
+    sandbox_home = ((".codex", True), (".codex/config.toml", False), (".codex/AGENTS.md", False))
+    sandbox_env = ("OPENAI_", "CODEX_")
     packages = ("@openai/codex",)
     prompt = PromptMode(commands=frozenset({"exec", "e"}))
     event_types: ClassVar[frozenset[str]] = TURN_EVENTS | ITEM_EVENTS | {"error", "request_user_input"}

@@ -61,6 +61,9 @@ def _camel_usage(usage: Any) -> tuple[int | None, int | None]:
 class Cursor(Claude):
     name = "cursor"
     commands = ("cursor-agent", "agent")
+    sandbox_home = ((".cursor", True), (".cursor/mcp.json", False), (".cursor/rules", False),
+                    (".config/cursor", True), (".local/share/cursor-agent", False))
+    sandbox_env = ("CURSOR_",)
     family = "claude"  # type: ignore[assignment]
     packages = ()
     prompt = PromptMode(flags=frozenset({"-p", "--print"}))

@@ -39,6 +39,9 @@ def _is_json_output(event: dict[str, Any]) -> bool:
 class Gemini(Adapter):
     name = "gemini"
     commands = ("gemini",)
+    sandbox_home = ((".gemini", True), (".gemini/settings.json", False), (".gemini/GEMINI.md", False),
+                    (".gemini/commands", False), (".gemini/extensions", False))
+    sandbox_env = ("GEMINI_", "GOOGLE_API_KEY", "GOOGLE_GENAI_", "GOOGLE_CLOUD_")
     packages = ("@google/gemini-cli",)
     prompt = PromptMode(flags=frozenset({"-p", "--prompt"}))
     event_types: ClassVar[frozenset[str]] = STREAM_TYPES

@@ -43,6 +43,9 @@ def _part(event: dict[str, Any]) -> dict[str, Any]:
 class Opencode(Adapter):
     name = "opencode"
     commands = ("opencode",)
+    sandbox_home = ((".config/opencode", False), (".local/share/opencode", True), (".local/state/opencode", True),
+                    (".cache/opencode", True))
+    sandbox_env = ("OPENCODE_", "ANTHROPIC_", "OPENAI_")
     packages = ("opencode-ai",)
     prompt = PromptMode(commands=frozenset({"run"}))
     event_types: ClassVar[frozenset[str]] = frozenset({"step_start", "step_finish", "text", "reasoning", "tool_use",

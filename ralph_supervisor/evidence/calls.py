@@ -56,6 +56,7 @@ from ralph_supervisor.agents.reply_end import reply_ends_in
 from ralph_supervisor.evidence.iterations import SETTLE_SECONDS, CallEvidence, IterationTracker, build_report
 from ralph_supervisor.evidence.shims import Notice, ShimDir, install_shims, read_notice
 from ralph_supervisor.iteration import IterationReport
+from ralph_supervisor.process.namespace import host_pid, inner_pid
 from ralph_supervisor.process.linux import (
     ProcStat,
     descendant_stats,
@@ -228,19 +229,26 @@ class CallWatcher:
         self._awaiting: set[int] = set()
         """Shimmed calls begun and not yet judged (their pending marks stay)."""
         self._gated: dict[tuple[int, int], ProcStat] = {}
+        self.box_namespace: Callable[[], str | None] | None = None
+        """Where the loop runs in a PID namespace of its own (`--sandbox`): the namespace's name (None while it
+        is not known yet). A shim's notice then names the box's PID, mapped to ours through `NSpid`."""
+        self._inner: dict[int, int] = {}
+        """Our PID -> the box's PID of the shimmed calls read (their pending marks are named by the latter)."""
         self._reply_boundary = 0.0
         """When the last reply seen only in the output ended (a process begun before it was that call's)."""
         """Sampled calls frozen until the verdict on the call before them is in."""
 
     # ------------------------------------------------------------------ set-up
 
-    def prepare(self, state_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    def prepare(self, state_dir: Path, env: dict[str, str], owner_pid: int | None = None) -> dict[str, str]:
         """Install the shims and return the child's environment with them first on PATH. A shim folder
-        that cannot be made (a read-only state folder) leaves the sampler alone, with one warning."""
+        that cannot be made (a read-only state folder) leaves the sampler alone, with one warning.
+        `owner_pid`: the PID the shims see the supervisor alive by (1 in a box of its own: its init lives
+        exactly as long as we do)."""
         if self.tracker.marker is not None:
             return env
         try:
-            self.shims = install_shims(state_dir / "shims", self.names)
+            self.shims = install_shims(state_dir / "shims", self.names, supervisor_pid=owner_pid)
         except (OSError, ValueError) as exc:
             log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
             self.shims = None
@@ -275,7 +283,7 @@ class CallWatcher:
         shims = self.shims
         if shims is None or self._loop is None:
             return None
-        notice = read_notice(shims.calls / name, self._note_announced)  # noted before the file goes
+        notice = self._read_notice(shims.calls / name)  # noted before the file goes
         if notice is None:
             return None
         real = notice.kind == "call" and self._notice_is_call(notice)
@@ -291,8 +299,7 @@ class CallWatcher:
             self._last_end_marks = marks
         if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
             self._let_go(running)
-            if self.shims is not None:
-                self.shims.judged(notice.pid)
+            self._judged(notice.pid)
             return None
         return running.key if running is not None else None
 
@@ -316,6 +323,48 @@ class CallWatcher:
             self.workspace.mark_call_end(key)
         return stat, running
 
+    def _read_notice(self, path: Path) -> Notice | None:
+        """Read one notice, its PID ours (a box's PID mapped through NSpid). A call already over when its
+        notice is read cannot be mapped: it gets PID 0, which names no process (so it begins and ends at
+        once, as a call reaped before we looked does), and a PID of the box is never taken for one of ours."""
+        mapped: list[Notice | None] = []
+
+        def seen(notice: Notice) -> None:
+            mapped.append(self._ours(notice))
+            if mapped[0] is not None:
+                self._note_announced(mapped[0])
+
+        notice = read_notice(path, seen)
+        return mapped[0] if notice is not None and mapped else None
+
+    def _ours(self, notice: Notice) -> Notice | None:
+        if self.box_namespace is None:
+            return notice
+        namespace = self.box_namespace()
+        host = host_pid(namespace, notice.pid) if namespace is not None else None
+        host = host or 0
+        if host and notice.kind == "call" and not self._is_announcer(host, notice):
+            # Anyone in the box can write into calls/: a notice whose process is neither the shim nor the agent
+            # it names is not a call (the loop's shell naming itself, say). Its pending mark goes with it.
+            log.warning("agent_call_forged", pid=host, name=notice.name, note="a notice no shim wrote: ignored")
+            if self.shims is not None:
+                self.shims.judged(notice.pid)
+            return None
+        self._inner[host] = notice.pid
+        if len(self._inner) > ANNOUNCED_KEPT:
+            del self._inner[next(iter(self._inner))]
+        return dataclasses.replace(notice, pid=host)
+
+    def _is_announcer(self, pid: int, notice: Notice) -> bool:
+        """Is `pid` the shim that wrote this notice, or the agent it `exec`ed: its name or path among the first
+        arguments (a script agent runs as `INTERPRETER PATH ...`, through `env` as `env node PATH ...`)?"""
+        cmdline = read_cmdline(pid)
+        if not cmdline:
+            return True  # gone since it was mapped: nothing to tell it by, and it is no process of ours any more
+        shims = self.shims
+        return ((shims is not None and shims.is_shim(cmdline))
+                or any(arg == notice.target or os.path.basename(arg) == notice.name for arg in cmdline[:3]))
+
     def _note_announced(self, notice: Notice) -> None:
         """Before its file goes: the sampler must find one or the other, or it takes the call for its own."""
         self._announced[notice.pid] = notice.at if notice.at is not None else time.time()
@@ -328,7 +377,8 @@ class CallWatcher:
         shims = self.shims
         if shims is None:
             return False
-        if os.path.exists(shims.calls / str(stat.pid)):
+        name = stat.pid if self.box_namespace is None else inner_pid(stat.pid)
+        if name is not None and os.path.exists(shims.calls / str(name)):
             return True
         at = self._announced.get(stat.pid)
         return at is not None and at >= time.time() - process_age(stat.start_ticks) - 0.05
@@ -366,7 +416,7 @@ class CallWatcher:
                         continue
                 except OSError:
                     continue
-            notice = read_notice(Path(entry.path), self._note_announced)
+            notice = self._read_notice(Path(entry.path))
             if notice is not None:
                 real = notice.kind == "call" and self._notice_is_call(notice)
                 stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
@@ -427,7 +477,7 @@ class CallWatcher:
         while holding, kill agent processes that appear."""
         self.poll_notices(now)
         if self.shims is not None:
-            self.shims.sweep_pending(self._awaiting, now - STALE_PENDING_SECONDS)
+            self.shims.sweep_pending({self._inner.get(pid, pid) for pid in self._awaiting}, now - STALE_PENDING_SECONDS)
         running = self._running
         if running is not None:
             call = running.call
@@ -716,8 +766,9 @@ class CallWatcher:
         if pid is None:
             return
         self._awaiting.discard(pid)
-        if self.shims is not None:
-            self.shims.judged(pid)
+        inner = self._inner.pop(pid, None) if self.box_namespace is not None else pid
+        if self.shims is not None and inner is not None:
+            self.shims.judged(inner)
 
     def _thaw_gated(self) -> None:
         """The verdict is in: the sampled calls frozen meanwhile run on (begun at the next tick), unless that

@@ -56,6 +56,7 @@ import structlog
 
 from ralph_supervisor.evidence.fingerprint import UNSEEN, Fingerprint, rewound
 from ralph_supervisor.evidence.ignore import VENV_MARKER, IgnoreRules, load_ignore_rules, read_text
+from ralph_supervisor.safe_git import command as safe_command
 
 log = structlog.get_logger(__name__)
 
@@ -285,11 +286,12 @@ def _read_refs_with_git(root: Path) -> GitRefs:
         return GitRefs()
     try:
         listing = subprocess.run(
-            [git, "-C", str(root), "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags"],
+            safe_command(git, ["-C", str(root), "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads",
+                               "refs/tags"]),
             capture_output=True, text=True, timeout=10, check=False,
         ).stdout
         head = subprocess.run(
-            [git, "-C", str(root), "rev-parse", "--verify", "-q", "HEAD"],
+            safe_command(git, ["-C", str(root), "rev-parse", "--verify", "-q", "HEAD"]),
             capture_output=True, text=True, timeout=10, check=False,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import Account, IterationRow, stamp
+from ralph_supervisor.report.markdown import box_of, worktree_of
 from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.text import one_line
 from ralph_supervisor.values import duration
@@ -102,6 +103,10 @@ def _facts(a: Account) -> str:
         ("runs", f"{len(a.runs)}: {stamp(first)} → {stamp(last) if last else 'now'}"),
         ("workspace", a.workspace),
     ]
+    if box_of(a):
+        items.append(("box", box_of(a).replace("`", "")))
+    if (w := worktree_of(a.state_dir)) is not None:
+        items.append(("worktree", f"branch {w['branch']} of {w['checkout']}, kept for review"))
     if a.runs and a.runs[-1].exit_code is not None:
         items.append(("supervisor exit code", str(a.runs[-1].exit_code)))
     cells = []

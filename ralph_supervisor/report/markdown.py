@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, outcome_of
 from ralph_supervisor.report import verified
@@ -102,6 +103,25 @@ def iterations_line(a: Account) -> str:
     return iterations
 
 
+def box_of(a: Account) -> str:
+    """The box the last run was in (`--sandbox bwrap`) and the writes it refused, as the output shows them;
+    "" for a run in no box."""
+    if not a.runs or a.runs[-1].budgets.get("sandbox") != "bwrap":
+        return ""
+    from ralph_supervisor.sandbox import refused_in_log
+
+    refused = refused_in_log(Path(a.state_dir)) if a.state_dir else None
+    said = "" if refused is None else f", {refused} write(s) refused (`Read-only file system` in the output)"
+    return f"bubblewrap (`--sandbox bwrap`){said}"
+
+
+def worktree_of(state_dir: str) -> dict[str, Any] | None:
+    """The run's worktree (`--worktree`), from the state folder's worktree.json; None without one."""
+    from ralph_supervisor.worktree import read
+
+    return read(Path(state_dir)) if state_dir else None
+
+
 def render_markdown(a: Account) -> str:
     """The whole report: the verdict first, then the timeline and the evidence, then what to decide."""
     v = a.verdict
@@ -118,6 +138,9 @@ def render_markdown(a: Account) -> str:
         "| | |",
         "|---|---|",
         f"| workspace | `{a.workspace}` |",
+        *([f"| worktree | branch `{w['branch']}` of `{w['checkout']}`, kept for review (nothing is merged) |"]
+          if (w := worktree_of(a.state_dir)) else []),
+        *([f"| box | {box_of(a)} |"] if box_of(a) else []),
         f"| runs | {len(a.runs)}: {span} |",
         f"| wall time | {duration(a.wall_s)} |",
         f"| iterations | {iterations} |",

@@ -29,6 +29,7 @@ from ralph_supervisor.files import (
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.safe_git import FILTER_LISTING, command, filter_names
 
 EVENTS_READ = frozenset({
     "orphans_swept", "supervisor_started", "child_started", "child_exited", "iteration_started",
@@ -68,7 +69,7 @@ def started_fields(settings: Any) -> dict[str, Any]:
     """Extra fields of the `supervisor_started` event: the budgets and caps the report measures a run
     against, and the loop's name (none of them is in the state folder otherwise)."""
     names = ("token_budget", "daily_token_budget", "cost_budget", "daily_cost_budget", "max_iterations",
-             "max_opens", "on_open", "cooldown", "name")
+             "max_opens", "on_open", "cooldown", "name", "sandbox")
     return {"budgets": {name: getattr(settings, name, None) for name in names}}
 
 
@@ -184,14 +185,16 @@ class GitFacts:
     note: str = ""
 
 
-def _git(workspace: Path, args: list[str], deadline: float) -> str:
-    """One read-only git command (a helper process: never part of the loop's tree); raises RuntimeError with
-    a one-line reason."""
+def _git(workspace: Path, args: list[str], deadline: float, filters: frozenset[str] = frozenset(),
+         ok: tuple[int, ...] = (0,)) -> str:
+    """One read-only git command (a helper process: never part of the loop's tree), hardened (safe_git:
+    nothing the workspace's config names runs); raises RuntimeError with a one-line reason."""
     # GIT_OPTIONAL_LOCKS=0: `git diff` and `status` would otherwise refresh and rewrite the index, racing
     # the agent's own git commands (git-config(1), "GIT_OPTIONAL_LOCKS").
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_TERMINAL_PROMPT="0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_TERMINAL_PROMPT="0")
     try:
-        proc = HELPERS.popen(["git", "-C", str(workspace), *args], stdin=subprocess.DEVNULL,
+        proc = HELPERS.popen(command("git", ["-C", str(workspace), *args], filters=filters), stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, process_group=0)
     except OSError as exc:
         raise RuntimeError(f"git cannot run ({exc.strerror or exc})") from None
@@ -203,7 +206,7 @@ def _git(workspace: Path, args: list[str], deadline: float) -> str:
         raise RuntimeError("git took too long") from None
     finally:
         HELPERS.done(proc.pid)
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         lines = err.decode("utf-8", "replace").strip().splitlines()
         raise RuntimeError(lines[-1][:200] if lines else f"git exited {proc.returncode}")
     return out.decode("utf-8", "replace")
@@ -233,7 +236,9 @@ def read_git(workspace: Path, since: float | None, *, timeout: float = GIT_TIMEO
         # Against the empty tree when the repository was born during the run.
         against = base or _git(workspace, ["hash-object", "-t", "tree", "/dev/null"], deadline).strip()
         stat = _git(workspace, ["diff", "--no-color", "--stat=100", against, head], deadline)  # its last line: --shortstat
-        dirty = _git(workspace, ["status", "--porcelain=v1", "--untracked-files=normal"], deadline)
+        # `status` runs the clean filter of a file its stat says changed: every filter defined is emptied.
+        filters = frozenset(filter_names(_git(workspace, FILTER_LISTING, deadline, ok=(0, 1))))
+        dirty = _git(workspace, ["status", "--porcelain=v1", "--untracked-files=normal"], deadline, filters)
     except RuntimeError as exc:
         return GitFacts(note=f"git: {exc}")
     commits = tuple((line.partition(" ")[0], line.partition(" ")[2]) for line in log.splitlines() if line.strip())

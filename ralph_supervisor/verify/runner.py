@@ -46,6 +46,7 @@ import structlog
 from ralph_supervisor import store as state_files
 from ralph_supervisor.files import verify_jsonl
 from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.sandbox import VerifyBox
 from ralph_supervisor.snapshots import SnapshotError, SnapshotInfo, SnapshotStore
 from ralph_supervisor.verify.results import ERROR, FAILED, PASSED, TestResults, read_results
 from ralph_supervisor.verify.tampering import Finding, find_weakening, watched
@@ -80,11 +81,13 @@ class VerifyPlan:
     workspace: Path
     state_dir: Path
     python: str = sys.executable
+    sandbox: VerifyBox | None = None
+    """The box every verify runs in where the loop is boxed (`--sandbox`), else None."""
 
     @classmethod
     def of(cls, settings: Any) -> VerifyPlan:
         return cls(command=settings.verify, timeout=settings.verify_timeout, workspace=settings.workspace,
-                   state_dir=settings.state_dir)
+                   state_dir=settings.state_dir, sandbox=VerifyBox.of(settings))
 
     @property
     def root(self) -> Path:
@@ -249,6 +252,8 @@ class Verifier:
         self._previous: tuple[SnapshotInfo, Path, TestResults] | None = None
         self.last: VerifyRun | None = None
         self._log = verify_jsonl.VerifyLog(plan.state_dir)
+        self._box_problem: str | None = None
+        """Why the verify's box cannot be made ("" once it was made; None before the first verify)."""
 
     # -- what the supervisor calls --------------------------------------------------------------------
 
@@ -445,10 +450,26 @@ class Verifier:
         status = tree.parent / f"box-{iteration}.json"
         junit = tree.parent / f"junit-{tree.name.removeprefix('tree-')}.xml"
         output = _Output()
-        argv = [self.plan.python, "-I", str(BOX), str(status), "--", "/bin/sh", "-c", self.plan.command]
+        command = ["/bin/sh", "-c", self.plan.command]
+        env = self._environment(tree, iteration, junit)
         try:
             self.plan.cache.mkdir(parents=True, exist_ok=True)
-            proc = HELPERS.popen(argv, cwd=tree, env=self._environment(tree, iteration, junit), stdin=subprocess.DEVNULL,
+        except OSError as exc:
+            return None, output, (), f"the verify could not start: {exc.strerror or exc}"
+        if self.plan.sandbox is not None:  # the agent's code runs in the same kind of box as the agent
+            junit.touch()  # bound into the box as a file (an empty one is read as no JUnit)
+            box = self.plan.sandbox.box(
+                tree=tree, state_dir=self.plan.state_dir, workspace=self.plan.workspace, env=env,
+                command=self.plan.command, writable=(junit, self.plan.cache),
+                borrowed=[self.plan.workspace / n for n in BORROWED if (self.plan.workspace / n).is_dir()])
+            if self._box_problem is None:
+                self._box_problem = box.problem() or box.probe() or ""
+            if self._box_problem:
+                return None, output, (), self._box_problem
+            command, env = box.wrap(command), box.env
+        argv = [self.plan.python, "-I", str(BOX), str(status), "--", *command]
+        try:
+            proc = HELPERS.popen(argv, cwd=tree, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True)
         except OSError as exc:
             return None, output, (), f"the verify could not start: {exc.strerror or exc}"
