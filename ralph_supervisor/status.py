@@ -127,10 +127,10 @@ def reset(state_dir: Path) -> str:
     snapshot, _warning = state_json.load(state_dir, move_bad=True)
     breaker = Breaker(Thresholds(), snapshot)
     decision = breaker.reset()
-    if state_dir.is_dir():
-        state_json.save(state_dir, breaker.snapshot())
+    if state_dir.is_dir():  # the history line first, then the state (the order `Records` documents)
         if decision.changed:
             history = history_jsonl.History(state_dir)
             history.record(decision)
             history.close()
+        state_json.save(state_dir, breaker.snapshot())
     return "breaker reset to CLOSED"
