@@ -497,3 +497,18 @@ def test_the_diffstat_since_the_run_began_is_gits_own_summary_and_file_lines(tmp
     assert facts.diffstat.startswith("2 files changed")
     assert [line.split("|")[0].strip() for line in facts.files] == ["a.py", "b.py"]
     assert facts.commits[0][1] == "during" and facts.total_commits == 1
+
+
+def test_a_loop_that_failed_by_itself_is_sent_to_the_child_log_of_its_own_state_folder(tmp_path: Path) -> None:
+    """Under `--state-dir` the loop's output is not in `DIR/.ralph-supervise/`: the report names the file where
+    the records it read are (it once wrote `DIR/.ralph-supervise/child.log` whatever the folder)."""
+    state_dir = tmp_path / "elsewhere" / "state-of-proj"
+    shutil.copytree(FIXTURES / "clean", state_dir)
+    events = state_dir / "events.jsonl"
+    events.write_text(events.read_text().replace('"code": 0, "iteration": 4, "event": "child_exited"',
+                                                 '"code": 3, "iteration": 4, "event": "child_exited"'))
+    code, out, err = run_main(state_dir)
+    assert code == 0 and err == ""
+    assert "code 3" in out
+    assert f"`{state_dir / 'child.log'}`" in out
+    assert ".ralph-supervise/child.log" not in out

@@ -49,6 +49,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor.agents import ADAPTERS
 from ralph_supervisor.agents.recognize import SHELLS, Container, Known, Recognised, known, recognise, script_operand, stem
 from ralph_supervisor.evidence.containers import ContainerCall, reference
@@ -240,7 +241,7 @@ class CallWatcher:
         try:
             self.shims = install_shims(state_dir / "shims", self.names)
         except (OSError, ValueError) as exc:
-            log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
+            log.warning(events.SHIMS_UNAVAILABLE, error=str(exc), fallback="agent calls are sampled from the tree")
             self.shims = None
             return env
         return {**env, "PATH": self.shims.path_for(env.get("PATH"))}
