@@ -39,7 +39,7 @@ from typing import Any
 
 import structlog
 
-from ralph_supervisor import events
+from ralph_supervisor import events, status_json
 from ralph_supervisor import files, store
 from ralph_supervisor.breaker import Breaker, Decision, State
 from ralph_supervisor.container import proc_mount_problem
@@ -660,25 +660,20 @@ class Supervisor:
             return {"message": message, **self.status()}
 
     def status(self) -> dict[str, Any]:
-        """The `status --json` answer, plus the live extras the `watch` view shows."""
-        data = self.breaker.status()
-        snapshot = self.breaker.to_dict()
-        for key in ("final", "opened_at", "cooldown_s"):  # for the live view's countdown
-            data[key] = snapshot.get(key)
+        """The `status --json` answer (`status_json.reply`), plus the live extras the `watch` view shows."""
         members = self.tree.sample()
         child = self.child
-        data["limit_until"] = None if self.limit_until is None else store.iso_utc(self.limit_until)
-        data["supervisor"] = {"pid": os.getpid(), "running": True}
-        data["child"] = None if child is None else {
-            "pid": child.pid, "running": True, "paused": self.actions.paused, "processes": len(members)}
+        data = status_json.reply(
+            self.breaker, limit_until=self.limit_until, supervisor_pid=os.getpid(),
+            child=None if child is None else {"pid": child.pid, "running": True, "paused": self.actions.paused,
+                                              "processes": len(members)},
+            snapshots=self.keeper.status(), verify=self.verify.status() if self.verify is not None else None)
         call = self.tracker.current
         if call is not None:
             data["current"] = {"iteration": call.number, "started_at": store.iso_utc(call.started_wall),
                                "age_s": round(time.time() - call.started_wall, 1)}
         data["tree"] = [{"pid": stat.pid, "name": stat.name, "status": stat.state,
                          "cpu_s": round(stat.cpu_ticks / CLOCK_TICKS, 2)} for stat in members[:50]]
-        data["snapshots"] = self.keeper.status()
-        data["verify"] = self.verify.status() if self.verify is not None else None
         data["tap"] = {"bytes_read": self.tap.counters.bytes_read,
                        "analysis_dropped_bytes": self.analysis.dropped_bytes,
                        "analysis_lag_bytes": self.analysis.lag_bytes,
