@@ -68,9 +68,9 @@ def duration(seconds: float | None) -> str:
 # -- amounts -------------------------------------------------------------------------------------------
 
 
-def dollars(value: float) -> str:
-    """`$1,234.56`: what a run or a day cost, as every view prints it."""
-    return f"${value:,.2f}"
+def dollars(value: float, places: int = 2) -> str:
+    """`$1,234.56`: what a run or a day cost, as every view prints it (`places` for a few cents: `$0.0123`)."""
+    return f"${value:,.{places}f}"
 
 
 def human_bytes(n: int) -> str:
