@@ -9,7 +9,7 @@ import sys
 import time
 
 from ralph_supervisor.process import procfs
-from ralph_supervisor.process.linux import read_stat
+from ralph_supervisor.process.linux import read_stat, zombie_wait_status
 from ralph_supervisor.process.reaper import _zombie_children
 from tests.helpers.supervise import REPO
 
@@ -45,3 +45,19 @@ def test_the_reaper_finds_an_exited_unreaped_child_through_procfs() -> None:
     finally:
         child.wait()
     assert child.pid not in _zombie_children(os.getpid())
+
+
+def test_an_unreaped_child_s_wait_status_is_read_from_its_stat() -> None:
+    """linux.zombie_wait_status reads the raw stat through procfs (a name left behind there once broke the
+    end of every call whose pidfd could not tell its status)."""
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    try:
+        ticks = procfs.read_start_ticks(child.pid)
+        assert ticks is not None
+        deadline = time.monotonic() + 10
+        while zombie_wait_status(child.pid, ticks) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert zombie_wait_status(child.pid, ticks) == 3 << 8
+    finally:
+        child.wait()
+    assert zombie_wait_status(child.pid, ticks) is None

@@ -282,7 +282,7 @@ def pidfd_wait_status(fd: int) -> int | None:
 
 def zombie_wait_status(pid: int, start_ticks: int) -> int | None:
     """The wait status of an exited, not yet reaped process (field 52 of /proc/PID/stat), or None."""
-    raw = _read_raw_stat(pid)
+    raw = read_raw_stat(pid)
     if not raw:
         return None
     try:
