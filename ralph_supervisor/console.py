@@ -17,12 +17,13 @@ its fields, as structlog's key=value console shows them).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 from rich.cells import cell_len
 
+from ralph_supervisor import events
+from ralph_supervisor.format import dollars, time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE, WORD_WIDTH, breaker_label, outcome_of_record
 from ralph_supervisor.text import clip, one_line
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, duration, parse_time
@@ -35,19 +36,14 @@ _COLOR = {"green": "\x1b[32m", "yellow": "\x1b[33m", "red": "\x1b[31m", "blue": 
           "dim": "\x1b[2m", "bold": "\x1b[1m", "bold red": "\x1b[1;31m", "bold yellow": "\x1b[1;33m",
           "bold green": "\x1b[1;32m", "bold blue": "\x1b[1;34m"}
 
-QUIET_EVENTS = frozenset({"breaker_transition", "limit_wait_started", "limit_wait_ended", "breaker_final"})
+QUIET_EVENTS = frozenset({events.BREAKER_TRANSITION, events.LIMIT_WAIT_STARTED, events.LIMIT_WAIT_ENDED,
+                          events.BREAKER_FINAL})
 """What `--quiet` still prints (with errors and the end of the run)."""
 
 
 def clock(record: Mapping[str, Any], key: str = "ts", form: str = "%H:%M:%S") -> str:
     """`HH:MM:SS` in local time of the event's `ts` (blanks when it has none, or no such time)."""
-    moment = parse_time(record.get(key))
-    if moment is None:
-        return " " * 8
-    try:
-        return dt.datetime.fromtimestamp(moment).strftime(form)
-    except (OverflowError, OSError, ValueError):
-        return " " * 8
+    return time_of_day(record.get(key), form, otherwise=" " * 8)
 
 
 def tokens(n: int | None) -> str:
@@ -64,7 +60,7 @@ def tokens(n: int | None) -> str:
 def money(cost: float | None) -> str:
     if cost is None:
         return "$?"
-    return f"${cost:.2f}" if cost < 100 else f"${cost:,.0f}"
+    return dollars(cost) if cost < 100 else f"${cost:,.0f}"
 
 
 def _plural(n: int, word: str, many: str | None = None) -> str:

@@ -21,6 +21,7 @@ from ralph_supervisor.decisions import Plan, plan_for
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.outcomes import outcome_of, outcome_words
 from ralph_supervisor.residual import CODE_ERROR, HUMAN_NEEDED, needs_a_human
+from ralph_supervisor.format import md_cell, md_code
 from ralph_supervisor.text import one_line
 from ralph_supervisor.triggers import CAPS, FINAL
 
@@ -118,16 +119,6 @@ def error_patterns(reports: Sequence[IterationReport]) -> list[tuple[str, int, s
     return [(sig, n, samples.get(sig, "")) for sig, n in ordered]
 
 
-def _cell(text: object) -> str:
-    """Table cells are one line and may not contain a bare pipe."""
-    return one_line(str(text), 100).replace("|", "\\|") or "-"
-
-
-def _code(text: str) -> str:
-    flat = one_line(text, 200).replace("`", "'")
-    return f"`{flat}`" if flat else "`(empty)`"
-
-
 def _evidence_table(reports: Sequence[IterationReport]) -> list[str]:
     if not reports:
         return ["No iteration finished before the breaker opened."]
@@ -144,9 +135,9 @@ def _evidence_table(reports: Sequence[IterationReport]) -> list[str]:
         if r.changed_paths:
             files += " (" + ", ".join(r.changed_paths[:3]) + (", …" if len(r.changed_paths) > 3 else "") + ")"
         lines.append(
-            f"| {r.number} | {_cell(files)} | {r.commits} | {_cell(errors)} | {'unknown' if r.tokens is None else r.tokens} "
-            f"| {_cell(outcome(r))} "
-            f"| {_cell(status_line(r))} |"
+            f"| {r.number} | {md_cell(files)} | {r.commits} | {md_cell(errors)} | {'unknown' if r.tokens is None else r.tokens} "
+            f"| {md_cell(outcome(r))} "
+            f"| {md_cell(status_line(r))} |"
         )
     return lines
 
@@ -294,7 +285,7 @@ def render_escalation(
         )
     if residual.because:
         out.append("")
-        out += [f"- {_code(item) if residual.kind == 'actionable' else one_line(item, 300)}" for item in residual.because]
+        out += [f"- {md_code(item) if residual.kind == 'actionable' else one_line(item, 300)}" for item in residual.because]
     has_errors = any(r.error_signatures for r in recent)
     out += ["", "## What a human must decide", ""] + decide_next(residual, decision, has_errors)
     out += ["", "## How to continue", ""] + how_to_continue(decision, workspace,
@@ -306,8 +297,8 @@ def render_escalation(
     out += ["", "## Error patterns", ""]
     if patterns:
         for sig, count, sample in patterns[:PATTERN_ROWS]:
-            extra = f" (e.g. {_code(sample)})" if sample and sample != sig else ""
-            out.append(f"- ({count}×) {_code(sig)}{extra}")
+            extra = f" (e.g. {md_code(sample)})" if sample and sample != sig else ""
+            out.append(f"- ({count}×) {md_code(sig)}{extra}")
         if len(patterns) > PATTERN_ROWS:
             out.append(f"- … {len(patterns) - PATTERN_ROWS} more pattern(s)")
     else:
@@ -323,7 +314,7 @@ def render_escalation(
     if settings_summary:
         out += ["", "## Settings", "", "| setting | value |", "|---|---|"]
         for key, value in settings_summary.items():
-            out.append(f"| {_cell(key)} | {_cell(value)} |")
+            out.append(f"| {md_cell(key)} | {md_cell(value)} |")
     return "\n".join(out) + "\n"
 
 

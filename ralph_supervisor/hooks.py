@@ -17,6 +17,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,8 +163,15 @@ class HookRunner:
         self._cwd = cwd
         self._timeout = timeout
         self._on_spawn = on_spawn
-        self.pids: set[int] = set()
-        """Hooks still running (their pids lead their own process groups), for `kill_all`."""
+        self._pids: set[int] = set()
+        """Hooks still running (their pids lead their own process groups), for `kill_all`: added on the
+        executor's thread that spawns the hook, read on the event loop, so behind `_lock`."""
+        self._lock = threading.Lock()
+
+    @property
+    def pids(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._pids)
 
     async def run(self, payload: str, iteration: int) -> HookResult | None:
         """Run the hook once with `payload` on its stdin; None when no hook is set. Logs `hook_failed`."""
@@ -174,14 +182,16 @@ class HookRunner:
 
         def spawned(popen: subprocess.Popen[bytes]) -> None:
             started.append(popen.pid)
-            self.pids.add(popen.pid)
+            with self._lock:
+                self._pids.add(popen.pid)
             self._on_spawn(popen.pid)
 
         try:
             result = await asyncio.to_thread(run_hook, self.command, payload, cwd=self._cwd,
                                              timeout=self._timeout, on_spawn=spawned)
         finally:
-            self.pids.difference_update(started)  # reaped by run_hook: the pid may be reused
+            with self._lock:
+                self._pids.difference_update(started)  # reaped by run_hook: the pid may be reused
         if not result.ok:
             log.warning("hook_failed", command=self.command, code=result.code, timed_out=result.timed_out,
                         stderr=result.stderr_tail, iteration=iteration)
@@ -189,9 +199,10 @@ class HookRunner:
 
     def kill_all(self) -> None:
         """SIGKILL the process group of every hook still running (hooks lead their own group)."""
-        for pid in list(self.pids):
+        for pid in self.pids:
             try:
                 if os.getpgid(pid) == pid:
                     os.killpg(pid, signal.SIGKILL)
             except OSError:
-                self.pids.discard(pid)
+                with self._lock:
+                    self._pids.discard(pid)

@@ -33,6 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -68,8 +69,25 @@ AWAITING_MAX = 16
 """Iterations whose verdict is still to be asked for (a caller that never asks does not grow us)."""
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What the keeper's thread last made of the store. Replaced whole under the keeper's lock, so the event
+    loop and the watcher's thread, which read it, see one consistent state, never half of an update."""
+
+    latest: SnapshotInfo | None = None
+    count: int = 0
+    bytes: int = 0
+    state: str = "off"
+    """on, paused (a full disk: tried again at the next iteration) or off."""
+    problem: str | None = None
+
+
 class SnapshotKeeper:
-    """Takes the workspace's snapshots and watches each iteration for destruction."""
+    """Takes the workspace's snapshots and watches each iteration for destruction.
+
+    Threads: the keeper's own thread takes snapshots and writes `Shown`; the event loop and the watcher's
+    thread call in. Everything more than one of them touches is behind `_lock` (one lock, never held
+    while calling out)."""
 
     def __init__(self, settings: Settings, *, metrics: Callable[[], Any] = lambda: None,
                  on_snapshot: Callable[[SnapshotInfo], None] = lambda info: None) -> None:
@@ -98,26 +116,48 @@ class SnapshotKeeper:
         self._prefixes: Callable[[], Sequence[str]] = lambda: ()
         self._warnings = Warnings()
         self.store: SnapshotStore | None = None
-        self.latest: SnapshotInfo | None = None
-        self.count = 0
-        self.bytes = 0
-        self.state = "off"
-        """on, paused (a full disk: tried again at the next iteration) or off."""
-        self.problem: str | None = None
+        self._shown = Shown()
         self._held_at_trip: SnapshotInfo | None = None
         self._held_for: tuple[str, SnapshotInfo] | None = None
         self._had_repository: bool | None = None
         """Whether the workspace had a `.git` when first asked (None: not asked yet)."""
         if settings.snapshot_budget <= 0:
-            self.problem = "--snapshot-budget is 0"
+            self._shown = Shown(problem="--snapshot-budget is 0")
             return
         try:
             self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file,
                                        skip=settings.snapshot_skip)
         except SnapshotError as exc:
-            self.problem = str(exc)
+            self._shown = Shown(problem=str(exc))
             return
-        self.state = "on"
+        self._shown = Shown(state="on")
+
+    # -- what the keeper's thread last found (read from any thread) --------------------------------------
+
+    @property
+    def latest(self) -> SnapshotInfo | None:
+        return self._shown.latest
+
+    @property
+    def count(self) -> int:
+        return self._shown.count
+
+    @property
+    def bytes(self) -> int:
+        return self._shown.bytes
+
+    @property
+    def state(self) -> str:
+        return self._shown.state
+
+    @property
+    def problem(self) -> str | None:
+        return self._shown.problem
+
+    def _show(self, **changes: Any) -> None:
+        """Replace what is shown (the keeper's thread; never with `_lock` held)."""
+        with self._lock:
+            self._shown = replace(self._shown, **changes)
 
     # -- what the supervisor calls --------------------------------------------------------------------
 
@@ -249,8 +289,9 @@ class SnapshotKeeper:
 
     def status(self) -> dict[str, Any]:
         """The `snapshots` part of `status --json`."""
-        return summary(self.latest, state=self.state, problem=self.problem, count=self.count,
-                       store_bytes=self.bytes, budget=self.settings.snapshot_budget)
+        shown = self._shown
+        return summary(shown.latest, state=shown.state, problem=shown.problem, count=shown.count,
+                       store_bytes=shown.bytes, budget=self.settings.snapshot_budget)
 
     def repository_gone(self) -> str | None:
         """The reason for a `destructive` open when the workspace's `.git` was there at start and is gone
@@ -276,7 +317,9 @@ class SnapshotKeeper:
 
     def _repository_reason(self, iteration: int, start: SnapshotInfo | None, before: int | None) -> str:
         self._had_repository = False  # said once
-        held = self._held_at_trip = self._existing(start, before)
+        held = self._existing(start, before)
+        with self._lock:
+            self._held_at_trip = held
         text = f"iteration {iteration} deleted the repository (.git); its commits are kept: " \
                f"`ralph-supervise restore --commits -w {self.workspace}`"
         if held is not None:
@@ -304,7 +347,8 @@ class SnapshotKeeper:
         """The breaker's reason: the count, the snapshot that holds the files (the one the iteration began
         from, checked to be in the store) and the command, a few paths."""
         held = self._existing(start, iteration)
-        self._held_at_trip = held
+        with self._lock:
+            self._held_at_trip = held
         of = f" of the {found.files_at_start} it started with" if found.files_at_start else ""
         if found.discarded:
             text = (f"iteration {iteration} deleted, emptied or reverted {found.count} files{of} ({found.why}; "
@@ -388,13 +432,13 @@ class SnapshotKeeper:
     def _open(self, store: SnapshotStore) -> None:
         try:
             store.open()
-            self.count, self.latest = store.count(), store.latest()
+            self._show(count=store.count(), latest=store.latest())
         except SnapshotError as exc:
             self._fault(exc)
             return
         if store.moved_aside is not None:
             self._warn("snapshot_store_corrupt", moved_to=str(store.moved_aside), hint="a new store was started")
-        self.bytes = store.size_on_disk()
+        self._show(bytes=store.size_on_disk())
         self._report_metrics()
 
     def _snapshot(self, store: SnapshotStore, iteration: int, kind: str, retry: bool = True) -> None:
@@ -414,15 +458,14 @@ class SnapshotKeeper:
             self._fault(exc)
             return
         took_ms = int((time.monotonic() - began) * 1000)
-        self.latest = info
-        self.count = store.count()
+        was = self.state
+        self._show(latest=info, count=store.count(), state="on", problem=None)
         with self._lock:  # iterations that began while it was taken begin from it
             for number, began in self._starts.items():
                 if began is None and number > iteration:
                     self._starts[number] = info
-        if self.state == "paused":
+        if was == "paused":
             log.info("snapshots_resumed", iteration=iteration)
-        self.state, self.problem = "on", None
         log.info("snapshot_taken", iteration=iteration, snapshot=info.id, kind=kind, files=info.files,
                  bytes=info.bytes, added=info.added, modified=info.modified, deleted=info.deleted,
                  moved=len(info.moved), not_stored=info.not_stored_count, full=changed is None, duration_ms=took_ms)
@@ -440,12 +483,13 @@ class SnapshotKeeper:
     def _keep_to_budget(self, store: SnapshotStore) -> None:
         budget = self.settings.snapshot_budget
         try:
-            dropped, self.bytes = store.keep_within(budget)
+            dropped, store_bytes = store.keep_within(budget)
         except SnapshotError as exc:
             self._fault(exc)
             return
+        self._show(bytes=store_bytes)
         if dropped:
-            self.count = store.count()
+            self._show(count=store.count())
             if not self._warnings.said("snapshots_dropped"):
                 self._warn("snapshots_dropped", count=dropped, budget=budget, store_bytes=self.bytes,
                            hint="the oldest snapshots go first to keep within --snapshot-budget")
@@ -462,19 +506,19 @@ class SnapshotKeeper:
             return False
         self._warn("snapshot_store_corrupt", error=str(exc), moved_to=str(moved) if moved else None,
                    hint="a new store was started")
-        self.latest, self.count = None, 0
+        self._show(latest=None, count=0)
         return True
 
     def _fault(self, exc: SnapshotError) -> None:
         """Supervision goes on whatever happens here; the kind decides whether snapshots do."""
         if exc.kind == "disk-full":
-            self.state, self.problem = "paused", str(exc)
+            self._show(state="paused", problem=str(exc))
             self._warn("snapshots_paused", reason=str(exc), hint="snapshots resume once there is room again")
         elif exc.kind in ("no-access", "no-git", "corrupt"):
-            self.state, self.problem = "off", str(exc)
+            self._show(state="off", problem=str(exc))
             self._warn("snapshots_off", reason=str(exc))
         else:
-            self.problem = str(exc)
+            self._show(problem=str(exc))
             self._warn("snapshot_failed", error=str(exc), hint="tried again at the next iteration")
 
     def _exclude(self, changed: set[str] | None) -> list[str] | None:
@@ -494,13 +538,16 @@ class SnapshotKeeper:
 
     def hold(self, trigger: str, info: SnapshotInfo) -> None:
         """The snapshot to restore after an open by `trigger` is `info` (tampering: the last verified one)."""
-        self._held_for = (trigger, info)
+        with self._lock:
+            self._held_for = (trigger, info)
 
     def _held(self, trigger: str) -> SnapshotInfo | None:
         """The snapshot to restore after `trigger`: for a destruction, the one taken before it."""
-        if self._held_for is not None and self._held_for[0] == trigger:
-            return self._held_for[1]
-        return self._held_at_trip if trigger == "destructive" and self._held_at_trip else self.latest
+        with self._lock:
+            held_for, at_trip, latest = self._held_for, self._held_at_trip, self._shown.latest
+        if held_for is not None and held_for[0] == trigger:
+            return held_for[1]
+        return at_trip if trigger == "destructive" and at_trip else latest
 
     def _warn(self, event: str, **fields: Any) -> None:
         self._warnings.once(event, **fields)

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor.breaker import Decision, Snapshot
 from ralph_supervisor.files import daily_spend_json, escalation_md, history_jsonl, ledger_json, state_json
 from ralph_supervisor.files.daily_spend_json import DailySpend
@@ -59,7 +60,7 @@ class Records:
     def transition(self, decision: Decision, **fields: Any) -> dict[str, Any]:
         """The history line first, then the `breaker_transition` event (the state is saved after it)."""
         line = self.history.record(decision)
-        log.info("breaker_transition", **{k: v for k, v in line.items() if k != "ts"}, final=decision.final, **fields)
+        log.info(events.BREAKER_TRANSITION, **{k: v for k, v in line.items() if k != "ts"}, final=decision.final, **fields)
         return line
 
     def save(self, snapshot: Snapshot, *, limit_until: float | None = None) -> None:

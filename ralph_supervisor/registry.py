@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store
+from ralph_supervisor.process import procfs
 from ralph_supervisor.text import one_line
 
 REGISTRY_ENV = "RALPH_SUPERVISE_REGISTRY"
@@ -216,26 +217,12 @@ def is_alive(entry: Entry, start_ticks_now: int | None, boot_now: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# /proc, read directly: `ls` must start fast, and the process layer's module pulls in psutil and
-# structlog (a tenth of a second); these two reads are all `ls` needs of it.
+# /proc, read through `process/procfs.py` (not `process/linux.py`, which pulls in psutil and structlog, a
+# tenth of a second): `ls` must start fast, and these two reads are all it needs.
 
 
-def start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read(4096)
-        return int(raw[raw.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def current_boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
+start_ticks = procfs.read_start_ticks
+current_boot_id = procfs.boot_id
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,11 @@ COPY_MAX = 64 << 20
 _LOSSES: collections.deque[Path] = collections.deque(maxlen=1000)
 
 
+def rotated_path(path: Path, index: int) -> Path:
+    """The `index`th rotated file of `path` (1 is the newest): `NAME.1`, `NAME.2`, ..."""
+    return path.with_name(f"{path.name}.{index}")
+
+
 def take_losses() -> list[Path]:
     """The files found deleted or replaced (and recreated) since the last call, oldest first."""
     taken = []
@@ -133,14 +138,14 @@ class RotatingFile:
         if self.keep == 0:
             os.unlink(self.path)
         else:
-            oldest = self.path.with_name(f"{self.path.name}.{self.keep}")
+            oldest = rotated_path(self.path, self.keep)
             if oldest.exists():
                 oldest.unlink()
             for index in range(self.keep - 1, 0, -1):
-                older = self.path.with_name(f"{self.path.name}.{index}")
+                older = rotated_path(self.path, index)
                 if older.exists():
-                    older.rename(self.path.with_name(f"{self.path.name}.{index + 1}"))
-            self.path.rename(self.path.with_name(f"{self.path.name}.1"))
+                    older.rename(rotated_path(self.path, index + 1))
+            self.path.rename(rotated_path(self.path, 1))
         self._size = 0
 
     def write(self, data: bytes) -> None:
@@ -194,7 +199,7 @@ class RotatingFile:
 
     def files(self) -> list[Path]:
         """The current file and its rotated files that exist, newest first."""
-        names = [self.path] + [self.path.with_name(f"{self.path.name}.{i}") for i in range(1, self.keep + 1)]
+        names = [self.path] + [rotated_path(self.path, i) for i in range(1, self.keep + 1)]
         return [p for p in names if p.exists()]
 
 
@@ -202,11 +207,42 @@ def rotated_files(path: Path) -> list[Path]:
     """`path` and its rotated files that exist, oldest first."""
     older: list[Path] = []
     for index in range(1, MAX_ROTATED + 1):
-        candidate = path.with_name(f"{path.name}.{index}")
+        candidate = rotated_path(path, index)
         if not candidate.exists():
             break
         older.append(candidate)
     return [*reversed(older), *([path] if path.exists() else [])]
+
+
+def tail_lines(path: Path, max_bytes: int, *, last_unended: bool = False) -> tuple[list[bytes], int]:
+    """Complete lines in the last `max_bytes` of the file, and the offset just after the last newline.
+
+    Seeks from the end, so a huge file costs what its tail costs. A first line cut by the window is
+    dropped; a last line without its newline (being written) is left for the next read, or, with
+    `last_unended` (a reader that reads once), is the last line. Raises OSError.
+    """
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        start = max(0, size - max_bytes)
+        fh.seek(start)
+        data = fh.read(size - start)
+    lines, offset = complete_lines(data, start, cut_first=start > 0)
+    rest = data[offset - start:]
+    if last_unended and rest and not (start > 0 and offset == start):  # (a window inside one long line: cut)
+        lines.append(rest)
+    return lines, offset
+
+
+def complete_lines(data: bytes, start: int, *, cut_first: bool) -> tuple[list[bytes], int]:
+    """The whole lines of `data` (read from offset `start`), and the offset after the last newline."""
+    last_newline = data.rfind(b"\n")
+    if last_newline < 0:
+        return [], start
+    body = data[: last_newline + 1]
+    lines = body.split(b"\n")[:-1]
+    if cut_first and lines:
+        lines = lines[1:]
+    return lines, start + last_newline + 1
 
 
 def read_json_lines(path: Path, wanted: frozenset[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store as state_files
+from ralph_supervisor.format import human_size  # noqa: F401 - `snapshots` and `status` import it here
 from ralph_supervisor.evidence.ignore import read_text
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.rotating import read_json_lines
@@ -213,14 +214,6 @@ def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise ValueError(f"snapshot field {key!r} must be a list")
     return tuple(str(item) for item in value)
-
-
-def human_size(n: int) -> str:
-    """1234567 -> '1.2 MB' (decimal units, like --snapshot-budget's)."""
-    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def restore_command(iteration: int, workspace: Path | str, to: str | None = None) -> str:

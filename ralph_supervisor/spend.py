@@ -10,6 +10,8 @@ A leaf module: `watch`, the report and `escalation.md` all say spend with these.
 
 from __future__ import annotations
 
+from ralph_supervisor import format as fmt
+
 
 def share(used: float, budget: float) -> str:
     """`7,200 of 100,000 (7 %)`, or the amount alone without a budget."""
@@ -19,10 +21,10 @@ def share(used: float, budget: float) -> str:
 def dollars(used: float | None, budget: float) -> str:
     """`$1.20 of $5.00 (24 %)`; None: no call reported a cost (then what budget there is, is said)."""
     if used is None:
-        return "not reported by the agent" + (f" (budget ${budget:,.2f})" if budget > 0 else "")
+        return "not reported by the agent" + (f" (budget {fmt.dollars(budget)})" if budget > 0 else "")
     if budget > 0:
-        return f"${used:,.2f} of ${budget:,.2f} ({100.0 * used / budget:.0f} %)"
-    return f"${used:,.2f}"
+        return f"{fmt.dollars(used)} of {fmt.dollars(budget)} ({100.0 * used / budget:.0f} %)"
+    return fmt.dollars(used)
 
 
 def spend_lines(*, tokens: int, cost_usd: float | None, token_budget: int, cost_budget: float,

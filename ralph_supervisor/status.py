@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor import worktree
+from ralph_supervisor import status_json, worktree
 from ralph_supervisor.breaker import Breaker, Thresholds
 from ralph_supervisor.control import ControlError, NoSupervisor, request
 from ralph_supervisor.files import history_jsonl, state_json, verify_jsonl
@@ -17,18 +17,6 @@ from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.outcomes import breaker_label
 from ralph_supervisor.values import local_clock
 
-def _from_state_file(state_dir: Path) -> tuple[dict[str, Any], str | None]:
-    """The breaker part of the status from `state.json`, validated like the supervisor reads it.
-
-    Status only reads: a bad file is reported (and the defaults shown), never moved or rewritten.
-    """
-    snapshot, warning = state_json.load(state_dir)
-    breaker = Breaker(Thresholds(), snapshot)
-    data = breaker.status()
-    dump = breaker.to_dict()
-    for key in ("final", "opened_at", "cooldown_s"):
-        data[key] = dump.get(key)
-    return data, f"{warning}; showing defaults" if warning else None
 
 
 def collect(state_dir: Path) -> dict[str, Any]:
@@ -41,18 +29,19 @@ def collect(state_dir: Path) -> dict[str, Any]:
                 return {**live, "state_dir": str(state_dir), "worktree": worktree.read(state_dir)}
         except (NoSupervisor, ControlError):
             pass
-    data, warning = _from_state_file(state_dir)
-    data["limit_until"] = None  # a wait lasts only while a supervisor freezes the tree
-    data["supervisor"] = {"pid": pid, "running": pid is not None}
-    data["child"] = None
-    data["state_dir"] = str(state_dir)  # outside the workspace: say where
+    # The breaker from state.json, validated like the supervisor reads it. Status only reads: a bad file is
+    # reported (and the defaults shown), never moved or rewritten.
+    snapshot, warning = state_json.load(state_dir)
     from ralph_supervisor.snapshots import read_summary
 
-    data["snapshots"] = read_summary(state_dir)
-    data["verify"] = verify_jsonl.status_of(verify_jsonl.last(state_dir))
+    data = status_json.reply(Breaker(Thresholds(), snapshot),
+                             limit_until=None,  # a wait lasts only while a supervisor freezes the tree
+                             supervisor_pid=pid, child=None, snapshots=read_summary(state_dir),
+                             verify=verify_jsonl.status_of(verify_jsonl.last(state_dir)))
+    data["state_dir"] = str(state_dir)  # outside the workspace: say where
     data["worktree"] = worktree.read(state_dir)
     if warning:
-        data["warning"] = warning
+        data["warning"] = f"{warning}; showing defaults"
     return data
 
 
@@ -134,10 +123,10 @@ def reset(state_dir: Path) -> str:
     snapshot, _warning = state_json.load(state_dir, move_bad=True)
     breaker = Breaker(Thresholds(), snapshot)
     decision = breaker.reset()
-    if state_dir.is_dir():
-        state_json.save(state_dir, breaker.snapshot())
+    if state_dir.is_dir():  # the history line first, then the state (the order `Records` documents)
         if decision.changed:
             history = history_jsonl.History(state_dir)
             history.record(decision)
             history.close()
+        state_json.save(state_dir, breaker.snapshot())
     return "breaker reset to CLOSED"

@@ -39,6 +39,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events, status_json
 from ralph_supervisor import files, store
 from ralph_supervisor.breaker import Breaker, Decision, State
 from ralph_supervisor.container import proc_mount_problem
@@ -269,17 +270,17 @@ class Supervisor:
             log.warning("control_socket_unavailable", error=str(exc))
             self.control = None
         self._serve_metrics()
-        log.info("supervisor_started", pid=os.getpid(), workspace=str(settings.workspace),
+        log.info(events.SUPERVISOR_STARTED, pid=os.getpid(), workspace=str(settings.workspace),
                  state_dir=str(self.state_dir), command=list(settings.command), subreaper=self.subreaper,
                  breaker=self.breaker.state.value, watcher=self.workspace.mode, **started_fields(settings))
         if self._state_warning:
             log.warning("state_file_corrupt", detail=self._state_warning)
 
         if self.breaker.state is State.OPEN or self.breaker.final:
-            log.info("breaker_still_open", trigger=self.breaker.trigger, reason=self.breaker.reason,
+            log.info(events.BREAKER_STILL_OPEN, trigger=self.breaker.trigger, reason=self.breaker.reason,
                      seconds_left=self.breaker.seconds_until_half_open(time.time()))
             if self.breaker.final:
-                log.warning("breaker_final", reason=self.breaker.reason)
+                log.warning(events.BREAKER_FINAL, reason=self.breaker.reason)
                 print(f"ralph-supervise: the breaker opened for good ({self.breaker.trigger}: {self.breaker.reason}); "
                       f"run `ralph-supervise reset -w {self.settings.workspace}` to start again", file=sys.stderr)
                 self._finish(EXIT_FOR_GOOD)
@@ -419,7 +420,7 @@ class Supervisor:
         self.child = ChildInfo(popen.pid, began, popen)
         self.calls.child_started(self.child.started_at)
         self.actions.paused = False
-        log.info("child_started", pid=popen.pid, command=list(settings.command))
+        log.info(events.CHILD_STARTED, pid=popen.pid, command=list(settings.command))
         self.metrics.child_running(True)
 
     def _on_sigchld(self) -> None:
@@ -431,7 +432,7 @@ class Supervisor:
     def _child_exited(self, code: int) -> None:
         child, self.child = self.child, None
         assert child is not None
-        log.info("child_exited", pid=child.pid, code=code, iteration=self.tracker.number)
+        log.info(events.CHILD_EXITED, pid=child.pid, code=code, iteration=self.tracker.number)
         self.metrics.child_running(False)
         if self.actions.stopping or self._restart_pending:
             return
@@ -448,7 +449,7 @@ class Supervisor:
             # The last output may still be in analysis: in marker mode it can start the very call to finish.
             await asyncio.to_thread(self.analysis.wait_done, self.tap.last_seq, 5.0)
             if self.tree.scan():
-                await self._stop_tree("child_exited")
+                await self._stop_tree(events.STOP_CHILD_EXITED)
             await self.calls.finish_current()
             if self.verify is not None:
                 opens = self.breaker.total_opens
@@ -464,7 +465,7 @@ class Supervisor:
         code = 128 + signum
         if self._signals == 1:
             log.info("signal_received", signal=signal.Signals(signum).name, action="stop the tree gracefully")
-            self._spawn_task(self._stop_and_exit(code, "signal"))
+            self._spawn_task(self._stop_and_exit(code, events.STOP_SIGNAL))
         else:
             log.warning("signal_received", signal=signal.Signals(signum).name, action="kill the tree now")
             self.hurry = True
@@ -507,14 +508,14 @@ class Supervisor:
                 await self.actions.pause(self.tracker.number)
         elif plan is Plan.STOP_AND_RESTART:
             self._restart_pending = True
-            await self._stop_tree("breaker_open")
+            await self._stop_tree(events.STOP_BREAKER_OPEN)
         elif plan is Plan.STOP_FOR_GOOD:
-            await self._stop_tree("breaker_final")
+            await self._stop_tree(events.STOP_BREAKER_FINAL)
             self._finish(EXIT_FOR_GOOD)
         elif plan is Plan.TRIAL:
             await self._start_trial()
         elif plan is Plan.STOP_AND_EXIT:
-            await self._stop_tree("stop_request")
+            await self._stop_tree(events.STOP_REQUEST)
             self._finish(EXIT_STOP_REQUEST)
         if opened and decision.trigger != "manual" and self.hooks.command:
             # After the tree action, so the hook is never frozen or stopped with the tree.
@@ -576,7 +577,7 @@ class Supervisor:
         self._say_what_cannot_be_judged(report)
         spend = self.records.spend(tokens, report.cost_usd or 0.0, now)
         outcome = ledger_json.outcome_of(report)
-        log.info("iteration_finished", iteration=report.number, files_changed=report.files_changed,
+        log.info(events.ITERATION_FINISHED, iteration=report.number, files_changed=report.files_changed,
                  commits=report.commits, output_bytes=report.output_bytes, errors=len(report.error_signatures),
                  tokens=tokens, outcome=outcome, failed=report.failed, usage_limited=report.usage_limited,
                  blocked=report.blocked, cut_short=report.cut_short, cost_usd=report.cost_usd,
@@ -630,7 +631,7 @@ class Supervisor:
             await self.actions.pause(iteration)
             self.limit_until = wait.until
             self._save()
-            log.info("limit_wait_started", until=store.iso_utc(wait.until), known_reset=wait.known_reset,
+            log.info(events.LIMIT_WAIT_STARTED, until=store.iso_utc(wait.until), known_reset=wait.known_reset,
                      reason=wait.reason, iteration=iteration)
             self.metrics.limit_wait(wait.until)
             self.sd.status(self._sd_status())
@@ -644,7 +645,7 @@ class Supervisor:
         self.limit_until = None
         self._save()
         self.metrics.limit_wait(None)
-        log.info("limit_wait_ended", why=why, iteration=self.tracker.number)
+        log.info(events.LIMIT_WAIT_ENDED, why=why, iteration=self.tracker.number)
         if self.actions.paused and self.breaker.state is State.CLOSED:
             self.silence.restart(time.time())
             await self.actions.resume(self.tracker.number)
@@ -682,25 +683,20 @@ class Supervisor:
             return {"message": message, **self.status()}
 
     def status(self) -> dict[str, Any]:
-        """The `status --json` answer, plus the live extras the `watch` view shows."""
-        data = self.breaker.status()
-        snapshot = self.breaker.to_dict()
-        for key in ("final", "opened_at", "cooldown_s"):  # for the live view's countdown
-            data[key] = snapshot.get(key)
+        """The `status --json` answer (`status_json.reply`), plus the live extras the `watch` view shows."""
         members = self.tree.sample()
         child = self.child
-        data["limit_until"] = None if self.limit_until is None else store.iso_utc(self.limit_until)
-        data["supervisor"] = {"pid": os.getpid(), "running": True}
-        data["child"] = None if child is None else {
-            "pid": child.pid, "running": True, "paused": self.actions.paused, "processes": len(members)}
+        data = status_json.reply(
+            self.breaker, limit_until=self.limit_until, supervisor_pid=os.getpid(),
+            child=None if child is None else {"pid": child.pid, "running": True, "paused": self.actions.paused,
+                                              "processes": len(members)},
+            snapshots=self.keeper.status(), verify=self.verify.status() if self.verify is not None else None)
         call = self.tracker.current
         if call is not None:
             data["current"] = {"iteration": call.number, "started_at": store.iso_utc(call.started_wall),
                                "age_s": round(time.time() - call.started_wall, 1)}
         data["tree"] = [{"pid": stat.pid, "name": stat.name, "status": stat.state,
                          "cpu_s": round(stat.cpu_ticks / CLOCK_TICKS, 2)} for stat in members[:50]]
-        data["snapshots"] = self.keeper.status()
-        data["verify"] = self.verify.status() if self.verify is not None else None
         data["tap"] = {"bytes_read": self.tap.counters.bytes_read,
                        "analysis_dropped_bytes": self.analysis.dropped_bytes,
                        "analysis_lag_bytes": self.analysis.lag_bytes,
@@ -858,7 +854,7 @@ class Supervisor:
         """A call began: its silence counts from here; the breaker learns of it (the trial, the caps)."""
         self.keeper.iteration_started(call.number)
         self.silence.restart(now)
-        log.info("iteration_started", iteration=call.number, pid=call.pid, name=call.name or None)
+        log.info(events.ITERATION_STARTED, iteration=call.number, pid=call.pid, name=call.name or None)
         self.metrics.iteration_started(now=now)
         self.sd.status(self._sd_status())
         decision = self.breaker.iteration_started(call.number, now)
@@ -957,7 +953,7 @@ def write_report_at_exit(state_dir: Path) -> None:
     except OSError as exc:  # the report is a courtesy; the exit code is not
         problem = f"cannot start the report's process: {exc.strerror or exc}"
     if problem is not None:
-        log.warning("report_unwritable", error=problem)
+        log.warning(events.REPORT_UNWRITABLE, error=problem)
 
 
 async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:
@@ -965,7 +961,7 @@ async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]
     try:
         run_dir: RunFolder | None = RunFolder.create()
     except RunFolderError as exc:
-        log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
+        log.warning(events.SHIMS_UNAVAILABLE, error=str(exc), fallback="agent calls are sampled from the tree")
         run_dir = None
     try:
         supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None)
@@ -1028,8 +1024,8 @@ def run_supervisor(settings: Settings) -> int:
     sys.setswitchinterval(0.0005)
     tune_allocator()
     terminal = Terminal.take_over(echo=settings.echo)  # the echo and our lines: a stuck terminal blocks nothing
-    events = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr,
-                               detail=settings.log_detail)
+    event_log = configure_logging(events_jsonl.path(settings.state_dir), settings.log_format, stream=terminal.stderr,
+                                  detail=settings.log_detail)
     registration = register_supervisor(settings)  # `ralph-supervise ls` lists this loop until `ls --prune`
     for line in where:  # on stderr as every event is, and in events.jsonl
         log.info("state_folder", state_dir=str(settings.state_dir), note=line)
@@ -1038,14 +1034,14 @@ def run_supervisor(settings: Settings) -> int:
     code, hurried = 1, False
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
-        (log.warning if swept else log.info)("orphans_swept", count=swept)
+        (log.warning if swept else log.info)(events.ORPHANS_SWEPT, count=swept)
         code, hurried = asyncio.run(_supervise(settings, terminal))
     except Exception as exc:  # noqa: BLE001 - one clear line, exit 1
         log.exception("supervisor_failed", error=str(exc))
         print(f"ralph-supervise: internal error: {exc}", file=sys.stderr)
         code = 1
     finally:
-        log.info("supervisor_stopped", code=code, **terminal.settle())  # settle: the rest of the echo, counted
+        log.info(events.SUPERVISOR_STOPPED, code=code, **terminal.settle())  # settle: the rest of the echo, counted
         if not hurried:
             write_report_at_exit(settings.state_dir)
             if for_people(settings.log_format, terminal.stderr):  # the end, in the report's words
@@ -1053,7 +1049,7 @@ def run_supervisor(settings: Settings) -> int:
         terminal.close()
         if registration is not None:
             registration.mark_ended(code)  # still listed, marked ended, until `ls --prune`
-        if events is not None:
-            events.close()
+        if event_log is not None:
+            event_log.close()
         lock.release()
     return code

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor.evidence.containers import ContainerCall
 
 from ralph_supervisor.process.linux import ProcStat
@@ -89,7 +90,7 @@ class TreeActions:
         if self._terminal is not None:
             self._terminal.tree_paused()
         self.paused = True
-        log.info("tree_paused", processes=count, iteration=iteration,
+        log.info(events.TREE_PAUSED, processes=count, iteration=iteration,
                  duration_ms=int((time.monotonic() - started) * 1000))
         return count
 
@@ -101,7 +102,7 @@ class TreeActions:
             self._terminal.tree_resumed()  # the terminal as the tree had it
         count = await asyncio.to_thread(self.tree.resume)
         self.paused = False
-        log.info("tree_resumed", processes=count, iteration=iteration)
+        log.info(events.TREE_RESUMED, processes=count, iteration=iteration)
         return count
 
     async def stop(self, why: str, iteration: int) -> StopResult:
@@ -143,7 +144,7 @@ class TreeActions:
             self._terminal.tree_stopped()
         survivors = [m.pid for m in result.survivors]
         (log.warning if survivors else log.info)(
-            "tree_stopped", reason=why, survivors=len(survivors), survivor_pids=survivors,
+            events.TREE_STOPPED, reason=why, survivors=len(survivors), survivor_pids=survivors,
             duration_ms=result.duration_ms, signalled=result.signalled, iteration=iteration,
             refused=result.refused + (self.calls.refused if self.calls is not None else 0))
         self._metrics.tree_stopped(len(survivors))

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ralph_supervisor.format import duration, human_bytes, time_of_day  # noqa: F401 - their readers import them here
 from ralph_supervisor.text import one_line
 
 
@@ -94,34 +95,5 @@ def parse_time(value: Any) -> float | None:
     return moment.timestamp()
 
 
-def local_clock(value: Any) -> str:
-    """`HH:MM` in the local time zone for an ISO-8601 UTC (or Unix) time; the text itself when it is not one."""
-    moment = parse_time(value)
-    if moment is None:
-        return str(value)
-    try:
-        return dt.datetime.fromtimestamp(moment).strftime("%H:%M")
-    except (OverflowError, OSError, ValueError):
-        return str(value)
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+local_clock = time_of_day
+"""`HH:MM` in the local time zone (`format.time_of_day`; the name its many readers import)."""

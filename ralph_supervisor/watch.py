@@ -9,7 +9,6 @@ what it can and says what it could not read.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import sys
 import time
@@ -27,8 +26,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ralph_supervisor import control
-from ralph_supervisor.files import state_json
+from ralph_supervisor import control, events, rotating
+from ralph_supervisor.rotating import complete_lines, tail_lines
+from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
+from ralph_supervisor.format import time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
 from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
@@ -129,7 +130,7 @@ class Frame:
 
 
 def is_iteration_finished(record: Mapping[str, Any]) -> bool:
-    return record.get("event") == "iteration_finished"
+    return events.name(record) == events.ITERATION_FINISHED
 
 
 def iteration_row(record: Mapping[str, Any]) -> IterationRow:
@@ -147,7 +148,7 @@ def iteration_row(record: Mapping[str, Any]) -> IterationRow:
 
 
 def is_supervisor_started(record: Mapping[str, Any]) -> bool:
-    return record.get("event") == "supervisor_started"
+    return events.name(record) == events.SUPERVISOR_STARTED
 
 
 def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
@@ -275,13 +276,7 @@ def breaker_view(state: Mapping[str, Any] | None, status: Mapping[str, Any] | No
 
 def clock(value: Any) -> str:
     """HH:MM:SS in local time, or the raw text when it is not a time."""
-    moment = parse_time(value)
-    if moment is None:
-        return as_text(value, 20)
-    try:
-        return dt.datetime.fromtimestamp(moment).strftime("%H:%M:%S")
-    except (OverflowError, OSError, ValueError):
-        return as_text(value, 20)
+    return time_of_day(value, "%H:%M:%S", otherwise=as_text(value, 20))
 
 
 def cooldown_left(view: Mapping[str, Any], now: float) -> float | None:
@@ -453,31 +448,6 @@ def _footer(snap: Frame, now: float) -> Text:
 # Shell: reading files and the socket
 
 
-def tail_lines(path: Path, max_bytes: int = TAIL_BYTES) -> tuple[list[bytes], int]:
-    """Complete lines in the last `max_bytes` of the file, and the offset just after the last newline.
-
-    Seeks from the end, so a huge file costs what its tail costs. A first line cut by the window is
-    dropped; a last line without its newline (being written) is left for the next read.
-    """
-    with open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        start = max(0, size - max_bytes)
-        fh.seek(start)
-        data = fh.read(size - start)
-    return _complete_lines(data, start, cut_first=start > 0)
-
-
-def _complete_lines(data: bytes, start: int, *, cut_first: bool) -> tuple[list[bytes], int]:
-    last_newline = data.rfind(b"\n")
-    if last_newline < 0:
-        return [], start
-    body = data[: last_newline + 1]
-    lines = body.split(b"\n")[:-1]
-    if cut_first and lines:
-        lines = lines[1:]
-    return lines, start + last_newline + 1
-
-
 class JsonlFollower:
     """Follows a jsonl file like `tail -f`: reads only what was appended since the last poll.
 
@@ -518,7 +488,7 @@ class JsonlFollower:
         lines, offset = tail_lines(self.path, self._max_bytes)
         records = self._take(lines)
         if len(records) < (self.records.maxlen or 0):
-            rotated = self.path.with_name(self.path.name + ".1")
+            rotated = rotating.rotated_path(self.path, 1)
             try:
                 older, _ = tail_lines(rotated, self._max_bytes)
                 records = self._take(older) + records
@@ -535,7 +505,7 @@ class JsonlFollower:
         with open(self.path, "rb") as fh:
             fh.seek(start)
             data = fh.read(size - start)
-        lines, offset = _complete_lines(data, start, cut_first=cut)
+        lines, offset = complete_lines(data, start, cut_first=cut)
         self.records.extend(self._take(lines))
         self._offset = offset
 
@@ -573,21 +543,21 @@ class Watcher:
     _cpu: CpuSample = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._events = JsonlFollower(self.state_dir / "events.jsonl", is_iteration_finished,
+        self._events = JsonlFollower(events_jsonl.path(self.state_dir), is_iteration_finished,
                                      max(TIMELINE_ROWS * 4, SPARK_ITERATIONS))
-        self._started = JsonlFollower(self.state_dir / "events.jsonl", is_supervisor_started, 1)
-        self._history = JsonlFollower(self.state_dir / "history.jsonl", lambda r: True, TRANSITION_ROWS)
+        self._started = JsonlFollower(events_jsonl.path(self.state_dir), is_supervisor_started, 1)
+        self._history = JsonlFollower(history_jsonl.path(self.state_dir), lambda r: True, TRANSITION_ROWS)
 
     def frame(self, now: float) -> Frame:
         notes: list[str] = []
         exists = self.state_dir.is_dir()
-        state, note = read_state(self.state_dir / "state.json")
+        state, note = read_state(state_json.path(self.state_dir))
         if note:
             notes.append(note)
         status, note = ask_status(self.state_dir) if exists else (None, None)
         if note:
             notes.append(note)
-        events = self._events.poll()
+        finished = self._events.poll()
         history = self._history.poll()
         for follower in (self._events, self._history):
             if follower.error:
@@ -601,8 +571,8 @@ class Watcher:
             breaker=breaker_view(state, status),
             live=status is not None,
             current=current_iteration(status, now),
-            iterations=timeline(events),
-            recent=tuple(events[-SPARK_ITERATIONS:]),
+            iterations=timeline(finished),
+            recent=tuple(finished[-SPARK_ITERATIONS:]),
             budgets=_budgets(self._started.poll()),
             transitions=transitions(history),
             processes=tree,

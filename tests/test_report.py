@@ -515,3 +515,18 @@ def test_the_iterations_line_counts_each_call_once_by_its_worst_outcome(tmp_path
             dataclasses.replace(base, failed=False, progress=True)]
     line = iterations_line(dataclasses.replace(account, iterations=rows))
     assert "1 failed" in line and "1 blocked" in line and "1 cut short" in line and "1 with progress" in line, line
+
+
+def test_a_loop_that_failed_by_itself_is_sent_to_the_child_log_of_its_own_state_folder(tmp_path: Path) -> None:
+    """Under `--state-dir` the loop's output is not in `DIR/.ralph-supervise/`: the report names the file where
+    the records it read are (it once wrote `DIR/.ralph-supervise/child.log` whatever the folder)."""
+    state_dir = tmp_path / "elsewhere" / "state-of-proj"
+    shutil.copytree(FIXTURES / "clean", state_dir)
+    events = state_dir / "events.jsonl"
+    events.write_text(events.read_text().replace('"code": 0, "iteration": 4, "event": "child_exited"',
+                                                 '"code": 3, "iteration": 4, "event": "child_exited"'))
+    code, out, err = run_main(state_dir)
+    assert code == 0 and err == ""
+    assert "code 3" in out
+    assert f"`{state_dir / 'child.log'}`" in out
+    assert ".ralph-supervise/child.log" not in out

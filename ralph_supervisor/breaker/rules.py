@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ralph_supervisor import format as fmt
 from ralph_supervisor.breaker.snapshot import Snapshot
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.similarity import mean_pairwise_jaccard, repeats, word_set
@@ -213,7 +214,8 @@ def output_decline(
 
 
 def dollars(value: float) -> str:
-    return f"${value:,.2f}" if value >= 0.1 or value == 0 else f"${value:.4f}"
+    """A budget's dollars in a reason: cents, or four places under ten cents."""
+    return fmt.dollars(value) if value >= 0.1 or value == 0 else fmt.dollars(value, 4)
 
 
 def caps(s: Snapshot, report: IterationReport, t: Thresholds, daily_tokens_today: int,

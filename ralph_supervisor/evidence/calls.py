@@ -49,6 +49,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor.agents import ADAPTERS
 from ralph_supervisor.agents.recognize import SHELLS, Container, Known, Recognised, known, recognise, script_operand, stem
 from ralph_supervisor.evidence.containers import ContainerCall, reference
@@ -198,7 +199,12 @@ def floor_marks(last_end: dict[str, int] | None, start: dict[str, int] | None) -
 
 
 class CallWatcher:
-    """Knows when agent calls start and end, and feeds the tracker. Lives on the event loop."""
+    """Knows when agent calls start and end, and feeds the tracker. Lives on the event loop.
+
+    Three other threads call in: the workspace watcher's (notices), the exits thread (a call's end) and the
+    pool (a stop's `refuse_process`). What they share with the loop is behind one of three small locks:
+    `_marks_lock` (the stream marks of `_Running`, its exit, `_last_end_marks`), `_announced_lock`,
+    `_identities_lock`. None is held while calling out."""
 
     def __init__(self, tracker: IterationTracker, workspace: Any, pool: concurrent.futures.Executor,
                  names: Sequence[str], hooks: CallHooks) -> None:
@@ -218,14 +224,19 @@ class CallWatcher:
         self._allowed: set[tuple[int, float]] = set()
         self._cut_short: set[tuple[int, float]] = set()
         self._identities: dict[tuple[int, int, str, tuple[int, int]], tuple[str, tuple[str, ...], Recognised | None]] = {}
+        self._identities_lock = threading.Lock()
         self._known: Known = known(self.names, ADAPTERS.values())
         self._idle_since = time.time()
         self._last_end_marks: dict[str, int] | None = None
-        """The pipes' marks at the last call's end (any thread writes it; a dict is replaced whole)."""
+        """The pipes' marks at the last call's end (the watcher's and the exits thread write it, under
+        `_marks_lock`, with the marks of the `_Running` they set)."""
+        self._marks_lock = threading.Lock()
         self._last_usage_limited = False
         self._exits: _Exits | None = None
         self._announced: dict[int, float] = {}
-        """pid -> announcement time of the notices read lately (the sampler leaves those processes alone)."""
+        """pid -> announcement time of the notices read lately (the sampler leaves those processes alone);
+        written on the watcher's thread and the loop, behind `_announced_lock`."""
+        self._announced_lock = threading.Lock()
         self._awaiting: set[int] = set()
         """Shimmed calls begun and not yet judged (their pending marks stay)."""
         self._gated: dict[tuple[int, int], ProcStat] = {}
@@ -250,7 +261,7 @@ class CallWatcher:
         try:
             self.shims = install_shims(state_dir / "shims", self.names, supervisor_pid=owner_pid)
         except (OSError, ValueError) as exc:
-            log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
+            log.warning(events.SHIMS_UNAVAILABLE, error=str(exc), fallback="agent calls are sampled from the tree")
             self.shims = None
             return env
         return {**env, "PATH": self.shims.path_for(env.get("PATH"))}
@@ -290,13 +301,14 @@ class CallWatcher:
         marks = self.hooks.marks() if real else None  # first: the agent is still starting, it printed nothing yet
         stat, running = self._hold_process(notice, _key(notice)) if real else (None, None)
         if running is not None:
-            if running.exited:  # over before we looked (a crash in a millisecond): what it printed lies
-                running.start_marks = self._last_end_marks or {}  # after the last call's end, before now
-                running.end_marks = marks
-            else:
-                running.start_marks = marks
-                running.floor_marks = floor_marks(self._last_end_marks, marks)  # a busy machine reads the notice late
-            self._last_end_marks = marks
+            with self._marks_lock:  # the exits thread may be marking its end right now
+                if running.exited:  # over before we looked (a crash in a millisecond): what it printed lies
+                    running.start_marks = self._last_end_marks or {}  # after the last call's end, before now
+                    running.end_marks = marks
+                else:
+                    running.start_marks = marks
+                    running.floor_marks = floor_marks(self._last_end_marks, marks)  # a busy machine reads the notice late
+                self._last_end_marks = marks
         if not self._call_soon(self._notice_arrived, notice, stat, running, True):  # shutting down
             self._let_go(running)
             self._judged(notice.pid)
@@ -367,9 +379,10 @@ class CallWatcher:
 
     def _note_announced(self, notice: Notice) -> None:
         """Before its file goes: the sampler must find one or the other, or it takes the call for its own."""
-        self._announced[notice.pid] = notice.at if notice.at is not None else time.time()
-        if len(self._announced) > ANNOUNCED_KEPT:
-            del self._announced[next(iter(self._announced))]
+        with self._announced_lock:
+            self._announced[notice.pid] = notice.at if notice.at is not None else time.time()
+            if len(self._announced) > ANNOUNCED_KEPT:
+                del self._announced[next(iter(self._announced))]
 
     def _announced_process(self, stat: ProcStat) -> bool:
         """Did a shim announce this process? Its notice was written before the exec that gave it its name,
@@ -380,7 +393,8 @@ class CallWatcher:
         name = stat.pid if self.box_namespace is None else inner_pid(stat.pid)
         if name is not None and os.path.exists(shims.calls / str(name)):
             return True
-        at = self._announced.get(stat.pid)
+        with self._announced_lock:
+            at = self._announced.get(stat.pid)
         return at is not None and at >= time.time() - process_age(stat.start_ticks) - 0.05
 
     def _under_announced(self, stat: ProcStat, by_pid: dict[int, ProcStat]) -> bool:
@@ -622,7 +636,8 @@ class CallWatcher:
         alone does not tell an exec: a pyenv `python3` shim (bash) execs python3 under the same name, so the
         key holds where the code is mapped."""
         key = (stat.pid, stat.start_ticks, stat.name, stat.code)
-        known = self._identities.get(key)
+        with self._identities_lock:  # the loop's sampler and a stop's `refuse_process` on the pool
+            known = self._identities.get(key)
         if known is None:
             cmdline = read_cmdline(stat.pid)
             call = recognise(stat.name, cmdline, self._known)
@@ -630,9 +645,11 @@ class CallWatcher:
                 exe, script = resolved_paths(stat.pid, cmdline)
                 if exe or script:
                     call = recognise(stat.name, cmdline, self._known, exe=exe, script=script)
-            known = self._identities[key] = (stat.name, cmdline, call)
-            if len(self._identities) > IDENTITY_CACHE:
-                self._identities.clear()
+            known = (stat.name, cmdline, call)
+            with self._identities_lock:
+                self._identities[key] = known
+                if len(self._identities) > IDENTITY_CACHE:
+                    self._identities.clear()
         return known
 
     # ------------------------------------------------------------------ begin and end
@@ -648,8 +665,9 @@ class CallWatcher:
         call = self.tracker.start(time.monotonic(), announced_at or now, stat.pid if stat else pid,
                                   stat.create_time if stat else None, name, argv, announced_at=announced_at,
                                   start_marks=running.start_marks, floor_marks=running.floor_marks)
-        call.end_marks = running.end_marks  # it may have exited before the event loop began it
-        running.call = call
+        with self._marks_lock:  # it may have exited before the event loop began it, or be exiting now
+            call.end_marks = running.end_marks
+            running.call = call
         self._running = running
         if stat is not None:
             found = self._identity(stat)[2]
@@ -671,14 +689,17 @@ class CallWatcher:
 
     def _exited_threadsafe(self, running: _Running) -> None:
         """The exits thread: close the call's segment now, then tell the event loop."""
-        if running.start_marks is not None:
-            running.end_marks = self._last_end_marks = self.hooks.marks()
-        running.exited_at = time.time()
-        running.exited = True
+        marks = self.hooks.marks()
+        with self._marks_lock:  # the watcher's thread may be reading its notice, the loop beginning it
+            if running.start_marks is not None:
+                running.end_marks = self._last_end_marks = marks
+            running.exited_at = time.time()
+            running.exited = True
+            call = running.call
+            if call is not None:
+                call.end_marks = running.end_marks
+                call.ended_wall = running.exited_at  # routing sees the end before the event loop does
         self.workspace.mark_call_end(running.key)
-        if running.call is not None:
-            running.call.end_marks = running.end_marks
-            running.call.ended_wall = running.exited_at  # routing sees the end before the event loop does
         self._call_soon(self._exit_seen, running)
 
     def _exit_seen(self, running: _Running) -> None:

@@ -994,6 +994,8 @@ class Workspace:
             return None
         with self._sync_lock:  # numbers enter the queue in order: reaching N means every earlier one passed
             with self._barrier_cond:
+                if self._mode != "inotify":  # fell back meanwhile (another thread): no watcher would reach it
+                    return None
                 self._barrier_sent += 1
                 target = self._barrier_sent
                 if then is not None:
@@ -1008,7 +1010,8 @@ class Workspace:
 
     def mark_call_end(self, key: str) -> None:
         """Call `key` just ended: its segment closes at this point of the event queue. Does not wait
-        (call it the moment the end is known: what the loop writes next is no longer the call's)."""
+        (call it the moment the end is known: what the loop writes next is no longer the call's). Any
+        thread: a fall-back to polling meanwhile leaves the close to `end_iteration`, as polling does."""
         if self._mode == "inotify" and self._fd is not None:
             self._barrier(lambda: self._close_segment(key))
 
@@ -1055,8 +1058,8 @@ class Workspace:
             self._fell_back = True
             watched = set(self._dir_wd) if self._fd is not None and self._fd.is_alive() else None  # type: ignore[attr-defined]
         self._close_inotify()
-        self._mode = "polling"
-        with self._barrier_cond:
+        with self._barrier_cond:  # `_barrier` reads the mode under it: no barrier enters a dead queue after this
+            self._mode = "polling"
             self._barrier_cond.notify_all()
         log.warning(
             "watcher_fallback",

@@ -12,14 +12,14 @@ made from the breaker's `Decision` by `entry`, whoever writes it (the supervisor
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store
 from ralph_supervisor.breaker import Decision
-from ralph_supervisor.rotating import RotatingFile, read_json_lines
+from ralph_supervisor.rotating import RotatingFile, read_json_lines, tail_lines
+from ralph_supervisor.values import parse_json_lines
 
 NAME = "history.jsonl"
 MAX_BYTES = 1_000_000
@@ -61,32 +61,13 @@ class History:
         self._file.close()
 
 
-def _parse(lines: list[bytes]) -> list[dict[str, Any]]:
-    entries = []
-    for line in lines:
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            entries.append(value)
-    return entries
-
-
 def tail(state_dir: Path, count: int) -> list[dict[str, Any]]:
     """The last `count` transitions of the current file, oldest first (unreadable lines skipped)."""
     try:
-        with open(path(state_dir), "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - TAIL_BYTES))
-            data = fh.read()
+        lines, _ = tail_lines(path(state_dir), TAIL_BYTES, last_unended=True)
     except OSError:
         return []
-    lines = data.splitlines()
-    if size > TAIL_BYTES and lines:
-        lines = lines[1:]  # the first line was cut by the seek
-    return _parse(lines[-count:]) if count > 0 else []
+    return parse_json_lines(lines[-count:])[0] if count > 0 else []
 
 
 def read_all(state_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:

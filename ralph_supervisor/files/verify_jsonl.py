@@ -12,12 +12,12 @@ broken since the last verified one; `unverified` says why a verify proved nothin
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor.rotating import RotatingFile, read_json_lines
+from ralph_supervisor.rotating import RotatingFile, read_json_lines, tail_lines
+from ralph_supervisor.values import parse_json_lines
 
 NAME = "verify.jsonl"
 MAX_BYTES = 2_000_000
@@ -52,19 +52,13 @@ def tail(state_dir: Path, count: int) -> list[dict[str, Any]]:
 def last(state_dir: Path) -> dict[str, Any] | None:
     """The last verify line of the current file (its end only is read), or None."""
     try:
-        with open(path(state_dir), "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - TAIL_BYTES))
-            data = fh.read()
+        lines, _ = tail_lines(path(state_dir), TAIL_BYTES, last_unended=True)
     except OSError:
         return None
-    for line in reversed(data.splitlines()):
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            return value
+    for line in reversed(lines):
+        records, _bad = parse_json_lines([line])
+        if records:
+            return records[0]
     return None
 
 

@@ -25,6 +25,13 @@ from dataclasses import dataclass
 import psutil
 import structlog
 
+from ralph_supervisor.process.procfs import (  # noqa: F401 - the tree's readers import them from here too
+    boot_id,
+    children_of,
+    read_raw_stat,
+    read_start_ticks,
+)
+
 log = structlog.get_logger(__name__)
 
 PR_SET_PDEATHSIG = 1
@@ -142,63 +149,15 @@ def parse_stat(raw: bytes | str) -> ProcStat:
     )
 
 
-def _read_raw_stat(pid: int) -> bytes | None:
-    # os.open/os.read: about half the cost of a Python file object, and scans read hundreds of these.
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def read_stat(pid: int) -> ProcStat | None:
     """The stat of one process, or None when it is gone (or unreadable)."""
-    raw = _read_raw_stat(pid)
+    raw = read_raw_stat(pid)
     if not raw:
         return None
     try:
         return parse_stat(raw)
     except (ValueError, IndexError):
         return None
-
-
-def read_start_ticks(pid: int) -> int | None:
-    """Only the start time of pid (the identity check before every signal), or None when gone."""
-    raw = _read_raw_stat(pid)
-    if not raw:
-        return None
-    try:
-        return int(raw[raw.rindex(b")") + 2 :].split()[19])
-    except (ValueError, IndexError):
-        return None
-
-
-def children_of(pid: int) -> list[int] | None:
-    """The children of a process from /proc/PID/task/*/children; None where the kernel lacks that file.
-
-    Cheap (one read per thread of `pid`) but, as the kernel documents, it may miss a child that is
-    being re-parented at that instant: good for sampling, not for stopping (stop re-scans fully).
-    """
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    found: list[int] = []
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
-                found.extend(int(part) for part in fh.read().split())
-        except FileNotFoundError:
-            if task == str(pid) and not os.path.exists(f"/proc/{pid}/task/{task}/children"):
-                return None
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 def descendant_stats(root: int) -> list[ProcStat] | None:
@@ -285,15 +244,6 @@ def _pidfd_open(pid: int) -> int | None:
         return None
 
 
-def boot_id() -> str:
-    """This boot's random id: a record from an earlier boot names processes that no longer exist."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
 PIDFD_INFO_EXIT = 1 << 3
 PIDFD_INFO_SIZE_VER0 = 64
 PIDFD_GET_INFO = (3 << 30) | (PIDFD_INFO_SIZE_VER0 << 16) | (0xFF << 8) | 11
@@ -332,7 +282,7 @@ def pidfd_wait_status(fd: int) -> int | None:
 
 def zombie_wait_status(pid: int, start_ticks: int) -> int | None:
     """The wait status of an exited, not yet reaped process (field 52 of /proc/PID/stat), or None."""
-    raw = _read_raw_stat(pid)
+    raw = read_raw_stat(pid)
     if not raw:
         return None
     try:

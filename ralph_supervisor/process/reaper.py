@@ -27,6 +27,7 @@ from collections import OrderedDict
 import structlog
 
 from ralph_supervisor.process.linux import read_stat
+from ralph_supervisor.process.procfs import children_of
 
 log = structlog.get_logger(__name__)
 
@@ -162,18 +163,8 @@ def _is_child(pid: int, parent: int) -> bool:
 def _zombie_children(parent: int) -> list[int]:
     """Our exited, unreaped children (any thread's), from /proc/PID/task/*/children."""
     pids: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{parent}/task")
-    except OSError:
-        return pids
-    for tid in tasks:
-        try:
-            with open(f"/proc/{parent}/task/{tid}/children", "rb") as fh:
-                children = fh.read().split()
-        except OSError:
-            continue
-        for raw in children:
-            stat = read_stat(int(raw))
-            if stat is not None and stat.state == "Z":
-                pids.append(stat.pid)
+    for child in children_of(parent) or []:
+        stat = read_stat(child)
+        if stat is not None and stat.state == "Z":
+            pids.append(stat.pid)
     return pids

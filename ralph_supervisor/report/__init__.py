@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor import masking
 from ralph_supervisor.masking import Masker
 
@@ -190,7 +191,7 @@ class ReportWriter:
         if problem is None:
             self.written += 1
         elif not closing:
-            self._warnings.once(f"report_unwritable:{problem.split(':')[0]}", event_name="report_unwritable",
+            self._warnings.once(f"report_unwritable:{problem.split(':')[0]}", event_name=events.REPORT_UNWRITABLE,
                                 error=problem)
 
     def close(self, timeout: float = 10.0) -> None:

@@ -12,14 +12,17 @@ grouping is tested with plain values. The human words for "what now" come from `
 from __future__ import annotations
 
 import bisect
-import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from ralph_supervisor import events as ev
 from ralph_supervisor.breaker import Decision, State
 from ralph_supervisor.escalation import Residual, classify_residual, decide_next, how_to_continue, outcome
+from ralph_supervisor.files import child_log
+from ralph_supervisor.format import utc_time
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.outcomes import outcome_of
 from ralph_supervisor.report.sources import GitFacts, Records
@@ -30,7 +33,6 @@ from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse
 
 BLOCKER_SIMILARITY = 0.5
 """Two blocker statements whose word sets overlap this much (Jaccard) are one blocker restated."""
-LIMIT_END_EVENTS = frozenset({"limit_wait_ended", "limit_wait_over", "limit_wait_finished"})
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -231,24 +233,19 @@ def split_runs(events: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, An
     current: list[Mapping[str, Any]] = []
     started = stopped = swept = False
     for event in events:
-        name = _name(event)
-        begins = (stopped or (name == "supervisor_started" and started)
-                  or (name == "orphans_swept" and (started or swept)))
+        name = ev.name(event)
+        begins = (stopped or (name == ev.SUPERVISOR_STARTED and started)
+                  or (name == ev.ORPHANS_SWEPT and (started or swept)))
         if current and begins:
             runs.append(current)
             current, started, stopped, swept = [], False, False, False
         current.append(event)
-        started = started or name == "supervisor_started"
-        stopped = stopped or name == "supervisor_stopped"
-        swept = swept or name == "orphans_swept"
+        started = started or name == ev.SUPERVISOR_STARTED
+        stopped = stopped or name == ev.SUPERVISOR_STOPPED
+        swept = swept or name == ev.ORPHANS_SWEPT
     if current:
         runs.append(current)
     return runs
-
-
-def _name(record: Mapping[str, Any]) -> str:
-    name = record.get("event")
-    return name if isinstance(name, str) else ""
 
 
 def _ts(record: Mapping[str, Any]) -> float | None:
@@ -256,8 +253,8 @@ def _ts(record: Mapping[str, Any]) -> float | None:
 
 
 def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
-    started = next((e for e in events if _name(e) == "supervisor_started"), None)
-    stopped = next((e for e in reversed(events) if _name(e) == "supervisor_stopped"), None)
+    started = next((e for e in events if ev.name(e) == ev.SUPERVISOR_STARTED), None)
+    stopped = next((e for e in reversed(events) if ev.name(e) == ev.SUPERVISOR_STOPPED), None)
     times = [t for t in (_ts(e) for e in events) if t is not None]
     command = started.get("command") if started else None
     budgets = started.get("budgets") if started else None
@@ -270,9 +267,9 @@ def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
         workspace=as_text(started.get("workspace"), 500) if started else "",
         command=tuple(str(c) for c in command) if isinstance(command, list) else (),
         budgets=budgets if isinstance(budgets, Mapping) else {},
-        child_starts=sum(1 for e in events if _name(e) == "child_started"),
-        child_codes=tuple(as_int(e.get("code")) for e in events if _name(e) == "child_exited"),
-        stop_reasons=tuple(as_text(e.get("reason"), 40) for e in events if _name(e) == "tree_stopped"),
+        child_starts=sum(1 for e in events if ev.name(e) == ev.CHILD_STARTED),
+        child_codes=tuple(as_int(e.get("code")) for e in events if ev.name(e) == ev.CHILD_EXITED),
+        stop_reasons=tuple(as_text(e.get("reason"), 40) for e in events if ev.name(e) == ev.TREE_STOPPED),
         events=tuple(events),
     )
 
@@ -330,13 +327,13 @@ def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
         finished: dict[int, Mapping[str, Any]] = {}
         order: list[int] = []
         for event in run.events:
-            name = _name(event)
+            name = ev.name(event)
             number = as_opt_int(event.get("iteration"))
-            if number is None or name not in ("iteration_started", "iteration_finished"):
+            if number is None or name not in (ev.ITERATION_STARTED, ev.ITERATION_FINISHED):
                 continue
             if number not in started and number not in finished:
                 order.append(number)
-            if name == "iteration_started":
+            if name == ev.ITERATION_STARTED:
                 started[number] = _ts(event)
             else:
                 finished[number] = event
@@ -476,22 +473,11 @@ class _Axis:
 
 
 def _clock(t: float | None) -> str:
-    if t is None:
-        return "?"
-    try:
-        return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%H:%M UTC")
-    except (OverflowError, OSError, ValueError):
-        return "?"
+    return utc_time(t, "%H:%M UTC")
 
 
-def stamp(t: float | None) -> str:
-    """`2026-12-01 17:10:23 UTC`, or `?`."""
-    if t is None:
-        return "?"
-    try:
-        return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return "?"
+stamp = utc_time
+"""`2026-12-01 17:10:23 UTC`, or `?` (`format.utc_time`; the report's modules import it here)."""
 
 
 def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, Any]],
@@ -540,23 +526,23 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             marks.append(Mark("run_start", axis.x(run.started_at), run.started_at, None,
                               f"supervisor started again (run {run.index})"))
         for event in run.events:
-            name = _name(event)
+            name = ev.name(event)
             t = _ts(event)
-            if name == "child_started":
+            if name == ev.CHILD_STARTED:
                 if not first_child:
                     marks.append(Mark("restart", axis.x(t), t, None, "the loop's command was started again"))
                 first_child = False
-            elif name == "child_exited":
+            elif name == ev.CHILD_EXITED:
                 code = as_int(event.get("code"))
                 marks.append(Mark("exit", axis.x(t), t, as_opt_int(event.get("iteration")),
                                   f"the loop's command exited with code {code}"))
-            elif name == "limit_wait_started":
-                until = parse_time(event.get("until") or event.get("limit_until"))
+            elif name == ev.LIMIT_WAIT_STARTED:
+                until = parse_time(event.get("until"))
                 x = axis.x(t)
                 marks.append(Mark("limit_wait", x, t, as_opt_int(event.get("iteration")),
                                   "usage limit: waiting" + (f" until {_clock(until)}" if until else "")))
                 limit = (x, t, until)
-            elif name in LIMIT_END_EVENTS and limit is not None:
+            elif name == ev.LIMIT_WAIT_ENDED and limit is not None:
                 x0, t0, _ = limit
                 bands.append(Band("LIMIT", x0, max(x0, axis.x(t)), t0, t, "usage-limit wait"))
                 limit = None
@@ -648,11 +634,11 @@ def judge(runs: Sequence[RunInfo], state: Mapping[str, Any] | None, rows: Sequen
     code = run.exit_code
     if run.ended_at is None:
         return make("ended", "")
-    if "breaker_final" in run.stop_reasons:
+    if ev.STOP_BREAKER_FINAL in run.stop_reasons:
         return make("stopped", "breaker", code)
-    if "stop_request" in run.stop_reasons:
+    if ev.STOP_REQUEST in run.stop_reasons:
         return make("stopped", "request", code, why="stopped with `ralph-supervise stop`", what="manual")
-    if "signal" in run.stop_reasons or (code in (130, 143) and not run.child_codes):
+    if ev.STOP_SIGNAL in run.stop_reasons or (code in (130, 143) and not run.child_codes):
         return make("stopped", "signal", code, why=f"the supervisor got a signal (exit {code})", what="none")
     if run.child_starts == 0 and s.get("final") is True:
         return make("stopped", "refused", code)
@@ -670,10 +656,10 @@ def limit_until(state: Mapping[str, Any], run: RunInfo | None, now: float) -> fl
         return None
     waiting: float | None = None
     for event in run.events:
-        name = _name(event)
-        if name == "limit_wait_started":
-            waiting = parse_time(event.get("until") or event.get("limit_until")) or float("inf")
-        elif name in LIMIT_END_EVENTS or name == "iteration_started":
+        name = ev.name(event)
+        if name == ev.LIMIT_WAIT_STARTED:
+            waiting = parse_time(event.get("until")) or float("inf")
+        elif name == ev.LIMIT_WAIT_ENDED or name == ev.ITERATION_STARTED:
             waiting = None
     if waiting is None or waiting <= now:
         return None
@@ -745,10 +731,10 @@ def hygiene(runs: Sequence[RunInfo]) -> Hygiene:
     pids: list[int] = []
     for run in runs:
         for event in run.events:
-            name = _name(event)
-            if name == "orphans_swept":
+            name = ev.name(event)
+            if name == ev.ORPHANS_SWEPT:
                 swept += as_int(event.get("count"))
-            elif name == "tree_stopped":
+            elif name == ev.TREE_STOPPED:
                 stops += 1
                 survivors += as_int(event.get("survivors"))
                 more = event.get("survivor_pids")
@@ -784,9 +770,10 @@ def _decision(state: Mapping[str, Any] | None, verdict: Verdict) -> Decision:
 
 
 def what_next(verdict: Verdict, state: Mapping[str, Any] | None, rows: Sequence[IterationRow],
-              workspace: str, verdict_budgets: Mapping[str, Any] | None = None
+              workspace: str, verdict_budgets: Mapping[str, Any] | None = None, state_dir: Path | None = None
               ) -> tuple[Residual | None, list[str], list[str]]:
-    """The residual (when the breaker called a human), what to decide, and the commands that continue."""
+    """The residual (when the breaker called a human), what to decide, and the commands that continue.
+    `state_dir`: the folder the records came from, where the loop's output is (wherever `--state-dir` put it)."""
     w = workspace or "DIR"
     verdict_budgets = verdict_budgets or {}
     if verdict.by in ("breaker", "restart", "hand", "refused"):
@@ -810,9 +797,10 @@ def what_next(verdict: Verdict, state: Mapping[str, Any] | None, rows: Sequence[
                       "check the commits and the last reply above."], [
             f"- `ralph-supervise run -w {w} -- <your loop command>` starts another run."]
     if verdict.status == "finished":
+        output = (f"`{child_log.path(state_dir)}`" if state_dir is not None else
+                  f"`child.log` in the state folder, which `ralph-supervise status -w {w}` names")
         return None, [f"- Why the loop exited with code {verdict.code} by itself: read the last iterations above "
-                      f"and the end of the loop's output (`child.log` in the state folder, which "
-                      f"`ralph-supervise status -w {w}` names); then start it again or stop here."], [
+                      f"and the end of the loop's output ({output}); then start it again or stop here."], [
             f"- `ralph-supervise run -w {w} -- <your loop command>` starts it again."]
     if verdict.status == "ended":
         return None, ["- The supervisor ended without its stop record (killed, or the machine went down): "
@@ -849,7 +837,8 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
     marks, bands = timeline_marks(rows, history, runs, now, (records.state or {}).get("final") is True)
     verdict = judge(runs, records.state, rows, running, now, history)
     workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(records.state_dir.parent)
-    residual, decide, steps = what_next(verdict, records.state, rows, workspace, runs[-1].budgets if runs else {})
+    residual, decide, steps = what_next(verdict, records.state, rows, workspace, runs[-1].budgets if runs else {},
+                                        records.state_dir)
     steps = steps + restore_steps(records.snapshots, workspace, called_a_human=residual is not None)
     name = next((as_text(r.budgets.get("name"), 60) for r in reversed(runs) if r.budgets.get("name")), "")
     walls = [(r.ended_at or (now if running and r is runs[-1] else r.last_at) or 0.0) - r.started_at

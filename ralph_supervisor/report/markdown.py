@@ -18,6 +18,7 @@ from ralph_supervisor.report.account import (
     stamp,
 )
 from ralph_supervisor.spend import dollars, share
+from ralph_supervisor.format import md_cell
 from ralph_supervisor.text import one_line
 from ralph_supervisor.values import duration
 
@@ -31,16 +32,6 @@ COMMIT_ROWS = 15
 
 MARK_SYMBOL = {"open": "⏸", "final": "■", "pause": "⏸", "trial": "▶", "close": "✔", "reset": "↺",
                "limit_wait": "⌛", "restart": "↻", "run_start": "↻", "exit": "⏹"}
-
-
-def _cell(text: object, limit: int = 100) -> str:
-    """Table cells are one line and may not hold a bare pipe."""
-    return one_line(str(text), limit).replace("|", "\\|") or "-"
-
-
-def _code(text: str, limit: int = 200) -> str:
-    flat = one_line(text, limit).replace("`", "'")
-    return f"`{flat}`" if flat else "`(empty)`"
 
 
 def _secs(seconds: float | None) -> str:
@@ -73,7 +64,7 @@ def timeline_table(rows: Sequence[IterationRow]) -> list[str]:
            "|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         out.append(f"| {r.number} | {stamp(r.started_at)[11:19] or '?'} | {_secs(r.duration_s)} | {r.files_changed} "
-                   f"| {r.commits} | {r.errors} | {_tokens(r)} | {_cell(r.said, 30)} | {_cell(_note(r))} |")
+                   f"| {r.commits} | {r.errors} | {_tokens(r)} | {md_cell(r.said, 30)} | {md_cell(_note(r))} |")
     return out
 
 
@@ -199,7 +190,7 @@ def render_markdown(a: Account) -> str:
     else:
         out += ["| count | first | last | signature |", "|---:|---:|---:|---|"]
         for e in a.errors[:ERROR_ROWS]:
-            out.append(f"| {e.count} | {e.first} | {e.last} | {_cell(e.signature, 160)} |")
+            out.append(f"| {e.count} | {e.first} | {e.last} | {md_cell(e.signature, 160)} |")
         if len(a.errors) > ERROR_ROWS:
             out.append(f"\n… and {len(a.errors) - ERROR_ROWS} more signature(s).")
 

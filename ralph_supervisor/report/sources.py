@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor import events
 from ralph_supervisor.files import (
     escalation_md,
-    events_jsonl,
     history_jsonl,
     ledger_json,
     state_json,
@@ -32,9 +32,9 @@ from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.safe_git import FILTER_LISTING, command, filter_names
 
 EVENTS_READ = frozenset({
-    "orphans_swept", "supervisor_started", "child_started", "child_exited", "iteration_started",
-    "iteration_finished", "tree_paused", "tree_resumed", "tree_stopped", "supervisor_stopped",
-    "limit_wait_started", "limit_wait_ended", "limit_wait_over", "limit_wait_finished",
+    events.ORPHANS_SWEPT, events.SUPERVISOR_STARTED, events.CHILD_STARTED, events.CHILD_EXITED,
+    events.ITERATION_STARTED, events.ITERATION_FINISHED, events.TREE_PAUSED, events.TREE_RESUMED,
+    events.TREE_STOPPED, events.SUPERVISOR_STOPPED, events.LIMIT_WAIT_STARTED, events.LIMIT_WAIT_ENDED,
 })
 """The `event` names the report uses; other lines of events.jsonl are not even parsed."""
 
@@ -104,7 +104,7 @@ def read_records(state_dir: Path) -> Records:
     warnings += [warning] if warning else []
     history, more = history_jsonl.read_all(state_dir)
     warnings += more
-    events, more = events_jsonl.read(state_dir, EVENTS_READ)
+    read_events, more = events.read(state_dir, EVENTS_READ)
     warnings += more
     ledger, warning = read_ledger(state_dir)
     warnings += [warning] if warning else []
@@ -113,7 +113,7 @@ def read_records(state_dir: Path) -> Records:
         state_dir=state_dir,
         state=state,
         history=history,
-        events=events,
+        events=read_events,
         ledger=ledger,
         escalation=escalation if escalation.is_file() else None,
         running_pid=running_supervisor_pid(state_dir) if state_dir.is_dir() else None,

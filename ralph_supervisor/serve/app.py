@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ralph_supervisor.files import escalation_md as escalation_file
 from ralph_supervisor.serve import auth
 from ralph_supervisor.serve.actions import ACTIONS, ask_supervisor
 from ralph_supervisor.serve.loop_page import loop_report
@@ -279,7 +280,7 @@ class Server:
     async def escalation_md(self, request: web.Request) -> web.StreamResponse:
         loop = await self._loop(request)
         try:
-            data = (loop.state_dir / "escalation.md").read_bytes()
+            data = escalation_file.path(loop.state_dir).read_bytes()
         except OSError:
             raise web.HTTPNotFound(text="this loop has no escalation.md (its breaker has not opened)")
         return web.Response(body=data, content_type="text/plain", charset="utf-8",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import fleet, registry
+from ralph_supervisor import events
 from ralph_supervisor.files import escalation_md, events_jsonl, state_json
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text
 from ralph_supervisor.watch import JsonlFollower
@@ -111,15 +112,15 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     budgets: dict[str, Any] = {}
     for record in records:
         name = record.get("event")
-        if name == "iteration_finished":
+        if name == events.ITERATION_FINISHED:
             spark.append(as_int(record.get("files_changed")) + as_int(record.get("commits")))
             text = record.get("reply")
             if isinstance(text, str) and text.strip():
                 reply = {"iteration": as_opt_int(record.get("iteration")), "text": as_text(text, REPLY_CHARS)}
-        elif name == "verify_finished":
+        elif name == events.VERIFY_FINISHED:
             verify = {k: as_int(record.get(k)) for k in ("passed", "failed", "errors", "skipped")}
             verify["iteration"] = as_opt_int(record.get("iteration"))
-        elif name == "supervisor_started":
+        elif name == events.SUPERVISOR_STARTED:
             raw = record.get("budgets")
             if isinstance(raw, Mapping):
                 budgets = {k: v for k, v in raw.items()

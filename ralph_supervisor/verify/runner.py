@@ -43,6 +43,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor import store as state_files
 from ralph_supervisor.files import verify_jsonl
 from ralph_supervisor.process.helpers import HELPERS
@@ -297,7 +298,7 @@ class Verifier:
         if wait > 0 and self.busy():
             log.info("verify_waiting", seconds=wait)
             if not self.idle(wait):
-                log.warning("verify_unfinished", hint=f"pending verifies took longer than {wait:g} s: ended")
+                log.warning(events.VERIFY_UNFINISHED, hint=f"pending verifies took longer than {wait:g} s: ended")
         with self._lock:
             self._closing = True
             self._waiting = None
@@ -347,7 +348,7 @@ class Verifier:
         code, results, reason, left = self._run_and_read(tree, info)
         if self._stop.is_set():
             shutil.rmtree(tree, ignore_errors=True)
-            log.info("verify_finished", iteration=info.iteration, unverified="ended by the supervisor's stop",
+            log.info(events.VERIFY_FINISHED, iteration=info.iteration, unverified="ended by the supervisor's stop",
                      seconds=round(time.monotonic() - began, 3))
             return None
         previous = self._previous
@@ -411,7 +412,7 @@ class Verifier:
             fields.update(fixed=list(fixed[:20]), broke=list(broke[:20]))
         if findings:
             fields["weakened"] = [f.describe() for f in findings[:10]]
-        log.info("verify_finished", **fields)
+        log.info(events.VERIFY_FINISHED, **fields)
         if left:
             log.warning("verify_left_processes", iteration=info.iteration, processes=list(left),
                         hint="the test command left these running: they were killed")

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from ralph_supervisor import events
 from ralph_supervisor.files import verify_jsonl
 from ralph_supervisor.snapshots import SnapshotInfo, SnapshotStore, restore_command
 from ralph_supervisor.verify.judgement import FALSE_COMPLETION, Judged, VerifyJudge, says_done
@@ -99,7 +100,7 @@ class VerifyService:
         began = time.monotonic()
         keeper_idle(min(60.0, timeout))
         if not self.verifier.idle(max(0.0, timeout - (time.monotonic() - began))):
-            log.warning("verify_unfinished", hint=f"pending verifies took longer than {timeout:g} s")
+            log.warning(events.VERIFY_UNFINISHED, hint=f"pending verifies took longer than {timeout:g} s")
         return EXIT_FALSE_COMPLETION if self.false_completion else code
 
     def close(self) -> None:
