@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor.files import child_log
+
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
 """Read-only in the box when they exist (a symlink, as merged /usr makes /bin, stays a symlink)."""
 
@@ -242,7 +244,7 @@ def refused_writes(text: bytes) -> int:
 
 def refused_in_log(state_dir: Path) -> int | None:
     """`refused_writes` over the end of `child.log` (its last 8 MB); None when there is no log to read."""
-    path = Path(state_dir) / "child.log"
+    path = child_log.path(Path(state_dir))
     try:
         with open(path, "rb") as fh:
             size = fh.seek(0, os.SEEK_END)
