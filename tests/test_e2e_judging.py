@@ -67,7 +67,9 @@ def test_a_crash_loop_is_caught_at_the_threshold_and_named_by_its_error(tmp_path
     code, state_dir = supervise(workspace, loop)
     assert code == 2
     opened = history(state_dir)[-1]
-    assert opened["iteration"] == 5 and opened["trigger"] in ("same-error", "consecutive-failures")
+    seen = [(e["iteration"], e["failed"], e["exit_status"], e["error_signatures"], e["cut_short"])
+            for e in events(state_dir, "iteration_finished")]
+    assert opened["iteration"] == 5 and opened["trigger"] in ("same-error", "consecutive-failures"), (opened, seen)
     assert "ECONNREFUSED" in opened["reason"] and "no file changed" not in opened["reason"]
     escalation = (state_dir / "escalation.md").read_text()
     assert "ECONNREFUSED" in escalation
