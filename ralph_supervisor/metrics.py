@@ -145,9 +145,16 @@ class Metrics:
                                  [*ws, "result"], registry=r)
         for result in ("passed", "failed", "unverified"):
             self._verifies.labels(workspace, self.name, result)
+        self._outage = Gauge("ralph_supervise_outage_since_timestamp_seconds",
+                             "While the agent cannot reach its API (an outage): since when (Unix time); else 0.", ws,
+                             registry=r)
+        self._usage = Gauge("ralph_supervise_usage_window_percent",
+                            "How full the agent last said a usage window is (percent), by window (five_hour, "
+                            "seven_day, ...).", [*ws, "window"], registry=r)
         for metric in (self._iterations, self._state, self._final, self._iteration, self._output, self._files,
                        self._tree, self._tokens, self._cost, self._stops, self._survivors, self._running,
-                       self._started, self._limit, self._snapshots, self._snapshot_bytes, self._verify_seconds):
+                       self._started, self._limit, self._snapshots, self._snapshot_bytes, self._verify_seconds,
+                       self._outage):
             metric.labels(workspace, self.name)  # present (as 0) from the first scrape
         for trigger in KNOWN_TRIGGERS:
             self._opens.labels(workspace, self.name, trigger)
@@ -189,6 +196,12 @@ class Metrics:
 
     def limit_wait(self, until: float | None) -> None:
         self._of(self._limit).set(until or 0)
+
+    def outage(self, since: float | None) -> None:
+        self._of(self._outage).set(since or 0)
+
+    def usage_window(self, window: str, percent: float) -> None:
+        self._usage.labels(self.workspace, self.name, window[:40]).set(percent)
 
     def add_output_bytes(self, n: int) -> None:
         if n > 0:

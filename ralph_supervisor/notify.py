@@ -51,14 +51,15 @@ __all__ = [
     "message_for",
     "notice_for_child_exit",
     "notice_for_limit_wait",
+    "notice_for_outage",
     "notice_for_transition",
     "parse_notify_urls",
     "validate_notify_url",
     "webhook_as_apprise",
 ]
 
-NoticeKind = Literal["open", "close", "final", "child_exited", "half_open", "limit_wait"]
-APPRISE_KINDS = frozenset({"open", "final", "limit_wait", "child_exited"})
+NoticeKind = Literal["open", "close", "final", "child_exited", "half_open", "limit_wait", "outage"]
+APPRISE_KINDS = frozenset({"open", "final", "limit_wait", "child_exited", "outage"})
 """What `--notify` endpoints hear about: the moments a human may want to act on."""
 
 RATE_WINDOW_S = 3600.0
@@ -165,6 +166,27 @@ def notice_for_limit_wait(*, until: str | float | None, reason: str, workspace: 
                   f"{reason}. The tree is frozen until then; `ralph-supervise resume` ends the wait now "
                   f"(iteration {iteration}).", workspace, "CLOSED", "none", iteration, reason, verdict,
                   f"limit_wait:{iteration}:{until}")
+
+
+def notice_for_outage(*, started: bool, since: float, message: str, workspace: str, iteration: int,
+                      now: float | None = None) -> Notice:
+    """The agent's API is out of reach (one notice when the outage starts) or reached again (one when it ends).
+    The breaker stays CLOSED: nothing is counted, the loop waits."""
+    from ralph_supervisor.store import iso_utc
+
+    name = _project_name(workspace)
+    at = iso_utc(since)
+    if started:
+        return Notice("outage", f"ralph {name}: API outage since {at}",
+                      f"The agent cannot reach its API ({message}). Nothing is counted against the loop; the "
+                      f"tree is frozen for a back-off if it lasts longer than --outage-max (iteration {iteration}).",
+                      workspace, "CLOSED", "none", iteration, message, _verdict("running", "", "none", iteration),
+                      f"outage:{at}:start")
+    lasted = "" if now is None else f" after {max(0.0, now - since) / 60:.0f} min"
+    return Notice("outage", f"ralph {name}: API outage over{lasted}",
+                  f"The agent reaches its API again (out of reach since {at}; iteration {iteration}).",
+                  workspace, "CLOSED", "none", iteration, message, _verdict("running", "", "none", iteration),
+                  f"outage:{at}:end")
 
 
 def format_text(notice: Notice, report: str = "") -> str:

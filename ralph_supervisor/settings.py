@@ -319,6 +319,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("limit_wait_margin", "--limit-wait-margin", _number(0), 60.0,
            "after a usage limit with a known reset time, keep the tree frozen this much longer",
            ("RALPH_SUPERVISE_LIMIT_WAIT_MARGIN",), metavar="SECONDS"),
+    Option("usage_ceiling", "--usage-ceiling", _number(0, 100), 0.0,
+           "once a call reports a usage window at PCT %% or more, freeze the tree after it until that window "
+           "resets (plus --limit-wait-margin), as for a usage limit (0 = off; 90 leaves you a tenth)",
+           ("RALPH_SUPERVISE_USAGE_CEILING",), metavar="PCT"),
+    Option("no_overage", "--no-overage", _bool, False,
+           "freeze the same way when a call reports that it is spending paid overage",
+           ("RALPH_SUPERVISE_NO_OVERAGE",)),
+    Option("outage_max", "--outage-max", _number(0, above=True), 60.0,
+           "an API outage (the agent's own retry reports) longer than this freezes the tree for a back-off; "
+           "after three back-offs the open is final (trigger outage)",
+           ("RALPH_SUPERVISE_OUTAGE_MAX",), metavar="MINUTES"),
     Option("destructive_files", "--destructive-files", _int(0), 25,
            "open (destructive) when one iteration deletes or empties more than N files (0 = off)",
            ("RALPH_SUPERVISE_DESTRUCTIVE_FILES",), metavar="N"),
@@ -434,6 +445,9 @@ class Settings:
     daily_cost_budget: float = _default("daily_cost_budget")
     limit_wait: str = _default("limit_wait")
     limit_wait_margin: float = _default("limit_wait_margin")
+    usage_ceiling: float = _default("usage_ceiling")
+    no_overage: bool = _default("no_overage")
+    outage_max: float = _default("outage_max")
     destructive_files: int = _default("destructive_files")
     destructive_share: float = _default("destructive_share")
     snapshot_budget: int = _default("snapshot_budget")

@@ -77,6 +77,7 @@ from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.limit_wait import LimitWait, Wait
+from ralph_supervisor.loop_waits import LoopWaits
 from ralph_supervisor.logging import colors_on, configure_logging, for_people
 from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.notify import (
@@ -226,6 +227,8 @@ class Supervisor:
         self.limits = LimitWait(settings.limit_wait_margin)
         self.limit_until: float | None = None
         """While the tree is frozen for a usage limit: until when (epoch seconds)."""
+        self.waits = LoopWaits(settings, self.warnings, lambda: self.metrics, self.notifier)
+        """The usage ceiling and API outages (loop_waits.py): when they call for a freeze of the tree."""
         self.countdown = countdown_for(settings, self.terminal)
         """The time left of every wait, on the terminal (countdown.py); says nothing without a person to read it."""
         self.workspace = Workspace(settings.workspace, state_dir=self.state_dir, ignore=settings.ignore,
@@ -583,6 +586,9 @@ class Supervisor:
                                detail="a usage limit: --limit-wait off leaves the wait to the loop (counted toward no rule)")
         elif wait is not None:
             await self._begin_limit_wait(wait, report.number)
+        wait = self.waits.call_ended(report, now)  # the usage ceiling, an outage
+        if wait is not None and self.limit_until is None:
+            await self._begin_limit_wait(wait, report.number)
 
     def _say_what_cannot_be_judged(self, report: IterationReport) -> None:
         """A budget on something the call's agent does not report is said once, never guessed."""
@@ -606,9 +612,10 @@ class Supervisor:
                 return
             await self.actions.pause(iteration)
             self.limit_until = wait.until
+            self.waits.kind = wait.kind
             self._save()
             log.info("limit_wait_started", until=store.iso_utc(wait.until), known_reset=wait.known_reset,
-                     reason=wait.reason, iteration=iteration)
+                     reason=wait.reason, iteration=iteration, kind=wait.kind)
             self.metrics.limit_wait(wait.until)
             self.sd.status(self._sd_status())
             self.notifier.send(notice_for_limit_wait(until=store.iso_utc(wait.until), reason=wait.reason,
@@ -667,6 +674,7 @@ class Supervisor:
         members = self.tree.sample()
         child = self.child
         data["limit_until"] = None if self.limit_until is None else store.iso_utc(self.limit_until)
+        data.update(self.waits.status(time.time(), frozen=self.limit_until is not None))
         data["supervisor"] = {"pid": os.getpid(), "running": True}
         data["child"] = None if child is None else {
             "pid": child.pid, "running": True, "paused": self.actions.paused, "processes": len(members)}
@@ -700,6 +708,8 @@ class Supervisor:
             if result.starts and not self._exiting():
                 self.calls.marker_boundary(time.time())
             self.tracker.add_output(result, time.time())
+        if result.text is not None:
+            self.waits.output(result.text, self.tracker.number, time.time())  # the agent's own retry reports
         self.metrics.add_output_bytes(result.nbytes)
 
     def _tailed(self, source: str, data: bytes) -> None:
@@ -793,10 +803,16 @@ class Supervisor:
             async with self.actions.lock:
                 await self._end_limit_wait("the limit has reset")
         if self.countdown is not None:
-            self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now), now)
-        silent_since = self._silent_since(stats, now)
+            self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now,
+                                            limit_kind=self.waits.kind, outage_since=self.waits.outage.since), now)
+        due = self.waits.due(now) if self.limit_until is None and not self.actions.paused and not stopping else None
+        if isinstance(due, Wait):
+            await self._begin_limit_wait(due, self.tracker.number)
+        elif due is not None and not self._exiting():
+            await self.apply(self.breaker.verdict_open("outage", due.reason, now))
+        silent_since = None if self.waits.outage.on else self._silent_since(stats, now)  # an outage is no stall
         waiting = None
-        if silent_since is None and self.child is not None and not self.actions.paused and not stopping:
+        if silent_since is None and not self.waits.outage.on and self.child is not None and not self.actions.paused and not stopping:
             waiting = self.calls.waiting_since()  # no call runs: since when the loop has not reached its agent
         if waiting is not None:
             decision = self.breaker.tick(now, silent_since=waiting, waiting_for_call=True,
@@ -864,6 +880,7 @@ class Supervisor:
         if call.text:
             agent = read_call(call.output_text(), name=call.name, argv=call.argv, agent=self.settings.agent, now=ended)
             call.error_lines.extend(line for line in agent.error_lines if line not in call.error_lines)
+            agent = self.waits.read_usage(call.number, agent, ended)  # Codex: from its session file
             for key, event, fields in output_warnings(agent):
                 self.warnings.once(key, event_name=event, iteration=call.number, **fields)
         returned_to = self.returns.record(call.number, delta.fingerprint)

@@ -63,6 +63,8 @@ class IterationRow:
     blocked_reason: str = ""
     cut_short: bool = False
     completed: bool = False
+    outage: bool = False
+    """The call could not reach the agent's API (neutral, like a usage limit)."""
     trial: bool = False
     """It ran while the breaker was HALF_OPEN: the trial."""
     tripped: str = ""
@@ -85,7 +87,7 @@ class IterationRow:
         if self.label in ("running", "unfinished") or not self.label:
             return self.label or self.outcome
         mark = outcome_of(progress=self.progress, failed=self.failed, usage_limited=self.usage_limited,
-                          blocked=self.blocked, cut_short=self.cut_short).mark
+                          blocked=self.blocked, cut_short=self.cut_short, outage=self.outage).mark
         return f"{mark} {self.label}"
 
 
@@ -402,6 +404,7 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
         blocked_reason=blocked_reason,
         cut_short=done.get("cut_short") is True,
         completed=done.get("completed") is True,
+        outage=done.get("outage") is True,
         states_blocker=done.get("states_blocker") is True,
         trial=_state_at(history, times, started_at) == "HALF_OPEN",
         tripped=opened_at.get(number, ""),
@@ -418,7 +421,7 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
 
 
 _OUTCOME_FIELDS = ("files_changed", "commits", "failed", "usage_limited", "blocked", "cut_short", "completed",
-                   "returned_to")
+                   "returned_to", "outage")
 
 
 def as_iteration_report(row: IterationRow) -> IterationReport:
@@ -437,6 +440,7 @@ def as_iteration_report(row: IterationRow) -> IterationReport:
         cost_usd=row.cost_usd,
         failed=row.failed,
         usage_limited=row.usage_limited,
+        outage=row.outage,
         blocked=row.blocked,
         blocked_reason=row.blocked_reason,
         completed=row.completed,

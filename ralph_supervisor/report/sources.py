@@ -61,6 +61,9 @@ def iteration_fields(report: IterationReport) -> dict[str, Any]:
     }
     if report.blocked_reason:
         fields["blocked_reason"] = report.blocked_reason[:300]
+    if report.outage:
+        fields["outage"] = True
+        fields["outage_message"] = report.outage_message[:300]
     return fields
 
 
