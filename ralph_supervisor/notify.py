@@ -153,16 +153,22 @@ def notice_for_child_exit(
                   _verdict("finished", "itself", trigger, iteration, code=code), "child_exited")
 
 
-def notice_for_limit_wait(*, until: str | float | None, reason: str, workspace: str, iteration: int) -> Notice:
-    """A usage limit: the tree is frozen until the limit resets (one notice per wait, not per call).
-    `until` is ISO-8601 UTC (or epoch seconds; None when the reset time is unknown)."""
+WAIT_TITLES = {"limit": "usage limit", "ceiling": "usage ceiling", "outage": "API outage, backing off"}
+"""What a freeze is for, by its kind (`limit_wait.Wait.kind`), in a notice's title."""
+
+
+def notice_for_limit_wait(*, until: str | float | None, reason: str, workspace: str, iteration: int,
+                          kind: str = "limit") -> Notice:
+    """A usage limit (or the usage ceiling, or an outage's back-off: `kind`): the tree is frozen until the
+    limit resets (one notice per wait, not per call). `until` is ISO-8601 UTC (or epoch seconds; None when
+    the reset time is unknown)."""
     from ralph_supervisor.values import parse_time
 
     name = _project_name(workspace)
     moment = parse_time(until)
     verdict = _verdict("waiting", "limit", "none", iteration, until=moment)
     shown = f" until {until}" if isinstance(until, str) else ""
-    return Notice("limit_wait", f"ralph {name}: usage limit, waiting{shown}",
+    return Notice("limit_wait", f"ralph {name}: {WAIT_TITLES.get(kind, 'usage limit')}, waiting{shown}",
                   f"{reason}. The tree is frozen until then; `ralph-supervise resume` ends the wait now "
                   f"(iteration {iteration}).", workspace, "CLOSED", "none", iteration, reason, verdict,
                   f"limit_wait:{iteration}:{until}")

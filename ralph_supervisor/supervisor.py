@@ -619,7 +619,8 @@ class Supervisor:
             self.metrics.limit_wait(wait.until)
             self.sd.status(self._sd_status())
             self.notifier.send(notice_for_limit_wait(until=store.iso_utc(wait.until), reason=wait.reason,
-                                                     workspace=str(self.settings.workspace), iteration=iteration))
+                                                     workspace=str(self.settings.workspace), iteration=iteration,
+                                                     kind=wait.kind))
 
     async def _end_limit_wait(self, why: str) -> None:
         """Thaw the tree frozen for a usage limit (its time is up, or `resume`). Call with the lock held."""

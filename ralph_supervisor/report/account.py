@@ -26,7 +26,7 @@ from ralph_supervisor.report.sources import GitFacts, Records
 from ralph_supervisor.residual import states_blocker
 from ralph_supervisor.signature import error_signature
 from ralph_supervisor.similarity import jaccard, word_set
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
+from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, duration, parse_time
 
 BLOCKER_SIMILARITY = 0.5
 """Two blocker statements whose word sets overlap this much (Jaccard) are one blocker restated."""
@@ -218,6 +218,9 @@ class Account:
     escalation: str | None
     report_html: str
     warnings: tuple[str, ...]
+    waits: tuple[str, ...] = ()
+    """The waits the loop cannot avoid, in words: an API outage in progress, outages past, usage windows at
+    75 % or more (`wait_lines`)."""
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -540,6 +543,7 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
     for run in runs:
         first_child = True
         limit: tuple[float, float | None, float | None] | None = None
+        outage: tuple[float, float | None] | None = None
         if run.index > 1:
             marks.append(Mark("run_start", axis.x(run.started_at), run.started_at, None,
                               f"supervisor started again (run {run.index})"))
@@ -557,13 +561,24 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             elif name == "limit_wait_started":
                 until = parse_time(event.get("until") or event.get("limit_until"))
                 x = axis.x(t)
+                what = {"ceiling": "usage ceiling: waiting", "outage": "API outage: backing off"}.get(
+                    as_text(event.get("kind"), 20), "usage limit: waiting")
                 marks.append(Mark("limit_wait", x, t, as_opt_int(event.get("iteration")),
-                                  "usage limit: waiting" + (f" until {_clock(until)}" if until else "")))
+                                  what + (f" until {_clock(until)}" if until else "")))
                 limit = (x, t, until)
+            elif name == "outage_started":
+                outage = (axis.x(t), t)
+            elif name == "outage_ended" and outage is not None:
+                bands.append(Band("OUTAGE", outage[0], max(outage[0], axis.x(t)), outage[1], t,
+                                  f"API outage since {_clock(outage[1])}"))
+                outage = None
             elif name in LIMIT_END_EVENTS and limit is not None:
                 x0, t0, _ = limit
                 bands.append(Band("LIMIT", x0, max(x0, axis.x(t)), t0, t, "usage-limit wait"))
                 limit = None
+        if outage is not None:
+            bands.append(Band("OUTAGE", outage[0], max(outage[0], axis.x(run.ended_at) if run.ended_at else axis.tail),
+                              outage[1], run.ended_at, f"API outage since {_clock(outage[1])}"))
         if limit is not None:
             x0, t0, until = limit
             over = until is not None and until <= (run.ended_at or now)
@@ -571,6 +586,38 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             bands.append(Band("LIMIT", x0, max(x0, end_x), t0, until, "usage-limit wait"))
     marks.sort(key=lambda m: (m.x, m.at or 0.0))
     return marks, bands
+
+
+def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
+    """`OUTAGE since 03:12: api_retry 4/10: unknown`, `2 API outages, the longest 14 min`, `USAGE five_hour at
+    93 % (resets 15:00)`: what the outage and usage events of these runs say."""
+    lines: list[str] = []
+    open_since: tuple[float | None, str] | None = None
+    lasted: list[float] = []
+    usage: list[Any] = []
+    for run in runs:
+        open_since = None
+        for event in run.events:
+            name = _name(event)
+            if name == "outage_started":
+                open_since = (parse_time(event.get("since")) or _ts(event), as_text(event.get("message"), 300))
+            elif name == "outage_ended":
+                open_since = None
+                lasted.append(as_float(event.get("seconds")) or 0.0)
+            elif name == "usage_high" and isinstance(event.get("windows"), list):
+                usage = event["windows"]
+    if open_since is not None and running:
+        lines.append(f"OUTAGE since {_clock(open_since[0])}: {open_since[1] or 'the agent cannot reach its API'}")
+    if lasted:
+        lines.append(f"{len(lasted)} API outage{'s' if len(lasted) != 1 else ''} waited out, the longest "
+                     f"{duration(max(lasted))}")
+    for window in usage[:4]:
+        if isinstance(window, Mapping):
+            resets = parse_time(window.get("resets_at"))
+            if resets is not None and resets > now:
+                lines.append(f"USAGE {as_text(window.get('window'), 40)} at {as_float(window.get('utilization')) or 0:g} % "
+                             f"(resets {_clock(resets)})")
+    return lines
 
 
 # -- verdict ----------------------------------------------------------------------------------
@@ -882,6 +929,7 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
         escalation=str(records.escalation) if records.escalation else None,
         report_html=report_html,
         warnings=tuple(records.warnings),
+        waits=tuple(wait_lines(runs, now, running)),
     )
 
 

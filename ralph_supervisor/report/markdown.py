@@ -88,6 +88,7 @@ def iterations_line(a: Account) -> str:
     for label, n in (("with progress", sum(1 for r in a.iterations if r.progress)),
                      ("failed", sum(1 for r in a.iterations if r.failed)),
                      ("hit a usage limit", sum(1 for r in a.iterations if r.usage_limited)),
+                     ("met an API outage", sum(1 for r in a.iterations if r.outage)),
                      ("blocked", sum(1 for r in a.iterations if r.blocked)),
                      ("trial", sum(1 for r in a.iterations if r.trial))):
         if n:
@@ -104,6 +105,8 @@ def render_markdown(a: Account) -> str:
     out = [f"# ralph-supervise report: {a.name}", "", f"**{v.line}**"]
     if why(a):
         out += ["", f"Why: {why(a)}"]
+    if a.waits:
+        out += [""] + [f"- {line}" for line in a.waits]
     first = a.runs[0].started_at if a.runs else None
     last = a.runs[-1].ended_at if a.runs else None
     span = f"{stamp(first)} → {stamp(last) if last else 'now'}"
