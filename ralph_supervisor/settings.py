@@ -391,7 +391,8 @@ OPTIONS: tuple[Option, ...] = (
            "the end only (quiet, or --quiet), every event with all its fields (verbose, or --verbose)",
            ("RALPH_SUPERVISE_LOG_DETAIL",), metavar="normal|quiet|verbose"),
     Option("countdown_every", "--countdown-every", _number(0, above=True), 300.0,
-           "while the loop waits (a usage limit, a cooldown) and the console is not a terminal: a line with the "
+           "while the loop waits (a usage limit, the usage ceiling, an outage back-off, a cooldown) and the console is "
+           "not a terminal: a line with the "
            "time left this often (on a terminal one line counts down in place)", metavar="SECONDS"),
     Option("log_max_bytes", "--log-max-bytes", _size(4096), 50_000_000, "child.log size before it is rotated",
            metavar="SIZE"),
