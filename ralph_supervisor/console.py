@@ -38,7 +38,7 @@ _COLOR = {"green": "\x1b[32m", "yellow": "\x1b[33m", "red": "\x1b[31m", "blue": 
 QUIET_EVENTS = frozenset({"breaker_transition", "limit_wait_started", "limit_wait_ended", "breaker_final",
                           "outage_started", "outage_ended"})
 """What `--quiet` still prints (with errors and the end of the run)."""
-WAIT_WORDS = {"limit": "LIMIT wait", "ceiling": "CEILING wait", "outage": "OUTAGE back-off"}
+WAIT_WORDS = {"limit": "LIMIT wait", "ceiling": "CEILING wait", "outage": "OUTAGE wait"}
 """The first words of a freeze's line, by its kind (`limit_wait.Wait.kind`)."""
 
 

@@ -805,7 +805,7 @@ class Supervisor:
                 await self._end_limit_wait("the limit has reset")
         if self.countdown is not None:
             self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now,
-                                            limit_kind=self.waits.kind, outage_since=self.waits.outage.since), now)
+                                            limit_kind=self.waits.kind), now)
         due = self.waits.due(now) if self.limit_until is None and not self.actions.paused and not stopping else None
         if isinstance(due, Wait):
             await self._begin_limit_wait(due, self.tracker.number)
