@@ -211,7 +211,8 @@ class ConsoleLines:
                 continue
             figure = as_float(window.get("utilization"))
             resets = clock(window, "resets_at", "%H:%M").strip()
-            said.append(f"{_text(window.get('window'), 40)} at {figure:g} %" + (f" (resets {resets})" if resets else ""))
+            said.append(f"{_text(window.get('window'), 40)} at {'?' if figure is None else f'{figure:g}'} %"
+                        + (f" (resets {resets})" if resets else ""))
         return self._line(r, self._paint("USAGE", "bold yellow") + ": " + ", ".join(said))
 
     def _on_tree_stopped(self, r: Mapping[str, Any]) -> str:

@@ -811,9 +811,10 @@ class Supervisor:
             await self._begin_limit_wait(due, self.tracker.number)
         elif due is not None and not self._exiting():
             await self.apply(self.breaker.verdict_open("outage", due.reason, now))
-        silent_since = None if self.waits.outage.on else self._silent_since(stats, now)  # an outage is no stall
+        in_retries = self.waits.outage.on and self.tracker.current is not None  # an agent waiting for its API
+        silent_since = None if in_retries else self._silent_since(stats, now)
         waiting = None
-        if silent_since is None and not self.waits.outage.on and self.child is not None and not self.actions.paused and not stopping:
+        if silent_since is None and not in_retries and self.child is not None and not self.actions.paused and not stopping:
             waiting = self.calls.waiting_since()  # no call runs: since when the loop has not reached its agent
         if waiting is not None:
             decision = self.breaker.tick(now, silent_since=waiting, waiting_for_call=True,

@@ -222,3 +222,36 @@ def test_the_codex_home_default_is_the_users_folder() -> None:
 
     assert codex_home({}) == Path(os.path.expanduser("~/.codex"))
     assert codex_home({"CODEX_HOME": "/tmp/cx"}) == Path("/tmp/cx")
+
+
+def test_an_outage_is_one_notice_when_it_starts_and_one_when_it_ends() -> None:
+    from ralph_supervisor.notify import APPRISE_KINDS, notice_for_limit_wait, notice_for_outage
+
+    began = notice_for_outage(started=True, since=NOW, message="api_retry 1/10: unknown", workspace="/w/app",
+                              iteration=4)
+    ended = notice_for_outage(started=False, since=NOW, message="", workspace="/w/app", iteration=6, now=NOW + 600)
+    assert began.kind == ended.kind == "outage" and "outage" in APPRISE_KINDS
+    assert "API outage since" in began.title and "api_retry 1/10" in began.body and began.state == "CLOSED"
+    assert ended.title.endswith("API outage over after 10 min") and began.key != ended.key
+    frozen = notice_for_limit_wait(until="2027-01-15T09:00:00Z", reason="usage ceiling 90 %: five_hour at 93 %",
+                                   workspace="/w/app", iteration=3, kind="ceiling")
+    assert "usage ceiling, waiting until" in frozen.title
+
+
+def test_the_console_says_the_outage_and_the_usage_in_a_few_words() -> None:
+    from ralph_supervisor.console import ConsoleLines
+
+    say = ConsoleLines(colors=False)
+    ts = "2027-01-15T08:00:00.000Z"
+    began = say({"event": "outage_started", "level": "info", "ts": ts, "since": ts, "message": "api_retry 1/10: unknown"})
+    assert began is not None and "OUTAGE since" in began and "api_retry 1/10: unknown" in began
+    ended = say({"event": "outage_ended", "level": "info", "ts": ts, "seconds": 600.0, "why": "the API answered"})
+    assert ended is not None and "OUTAGE over after" in ended and "the API answered" in ended
+    high = say({"event": "usage_high", "level": "info", "ts": ts, "windows": [
+        {"window": "five_hour", "utilization": 81.0, "resets_at": "2027-01-15T10:00:00Z"}, "junk", {"window": "x"}]})
+    assert high is not None and "USAGE: five_hour at 81 % (resets" in high and "x at ? %" in high
+    frozen = say({"event": "limit_wait_started", "level": "info", "ts": ts, "until": "2027-01-15T09:00:00Z",
+                  "kind": "outage", "reason": "out of reach"})
+    assert frozen is not None and "OUTAGE wait until" in frozen
+    quiet = ConsoleLines(colors=False, detail="quiet")
+    assert quiet({"event": "outage_started", "level": "info", "ts": ts, "since": ts, "message": "m"}) is not None
