@@ -255,3 +255,21 @@ def test_the_console_says_the_outage_and_the_usage_in_a_few_words() -> None:
     assert frozen is not None and "OUTAGE wait until" in frozen
     quiet = ConsoleLines(colors=False, detail="quiet")
     assert quiet({"event": "outage_started", "level": "info", "ts": ts, "since": ts, "message": "m"}) is not None
+
+
+def test_the_other_adapters_own_api_errors_are_outages_and_their_tools_errors_are_not() -> None:
+    def opencode(*events: dict) -> object:
+        lines = [{"type": "step_start", "timestamp": 1, "sessionID": "ses_1", "part": {}}, *events]
+        return ADAPTERS["opencode"].read(read_output("\n".join(json.dumps(e) for e in lines)), now=NOW)
+
+    unreachable = opencode({"type": "error", "timestamp": 2, "sessionID": "ses_1", "error": {
+        "name": "APIError", "data": {"message": "Unable to connect. Is the computer able to access the url?"}}})
+    assert unreachable.outage and not unreachable.failed
+    tool = opencode({"type": "tool_use", "timestamp": 2, "sessionID": "ses_1", "part": {
+        "tool": "webfetch", "state": {"status": "error", "error": "fetch failed: getaddrinfo ENOTFOUND example.test"}}})
+    assert not tool.outage and tool.failed  # a tool that could not reach its server: the call's own business
+    gemini = ADAPTERS["gemini"].read(read_output("\n".join(json.dumps(e) for e in [
+        {"type": "init", "timestamp": "t", "session_id": "g", "model": "m"},
+        {"type": "error", "timestamp": "t", "severity": "error", "message": "exception TypeError: fetch failed sending request"},
+        {"type": "result", "timestamp": "t", "status": "error", "stats": {}}])), now=NOW)
+    assert gemini.outage and not gemini.failed

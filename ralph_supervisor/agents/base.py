@@ -434,18 +434,20 @@ class Findings:
             self.limit(text)
 
     def error_position(self, text: str) -> None:
-        """Text the format marks as an error: it may say limit or blocked, or that the API is out of reach."""
-        cls, reason = classify_text(text)
-        self.classified(cls, reason, text)
-        if cls is None and API_UNREACHABLE.search(text[:MESSAGE_CHARS * 4]):
-            self.unreachable(first_line(text))
+        """Text the format marks as an error: it may say limit or blocked."""
+        self.classified(*classify_text(text), text)
 
     def agent_error(self, text: str) -> None:
-        """An error the agent reported in its own event: an error line for the filter, and an error position."""
+        """An error the agent reported in its own event: an error line for the filter, and an error position;
+        one that says its API is out of reach is an outage (never a tool's error: those are error positions
+        only, so a test's `fetch failed` inside a tool call is not)."""
         line = first_line(text)
         if line and len(self.error_lines) < MAX_AGENT_ERROR_LINES and line not in self.error_lines:
             self.error_lines.append(clip_text(line, MAX_ERROR_LINE, ellipsis=""))
-        self.error_position(text)
+        cls, reason = classify_text(text)
+        self.classified(cls, reason, text)
+        if cls is None and API_UNREACHABLE.search(text[:MESSAGE_CHARS * 4]):
+            self.unreachable(line)
 
     def reply_errors(self, text: str) -> None:
         """The error filter over a reply the agent printed in pieces (deltas): the output's lines hold only

@@ -33,7 +33,7 @@ from typing import Any
 MESSAGE_CHARS = 300
 
 API_UNREACHABLE = re.compile(
-    r"\bConnection error\b|Unable to connect to (?:the )?API|failed to lookup address|stream disconnected"
+    r"\bConnection error\b|Unable to connect\b|failed to lookup address|stream disconnected"
     r"|\bENOTFOUND\b|\bEAI_AGAIN\b|getaddrinfo|\bfetch failed\b|network (?:is )?unreachable|waiting for network"
     r"|error sending request|socket hang up|\bECONNRESET\b",
     re.IGNORECASE,
