@@ -93,6 +93,8 @@ from ralph_supervisor.process.orphans import (
     record_path,
     sweep_orphans,
 )
+from ralph_supervisor.process.cgroup import LoopCgroup
+from ralph_supervisor.process.cgroup import sweep as sweep_cgroup
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import loop_stdin, spawn
 from ralph_supervisor.process.tree import ProcessTree, member_of, walk
@@ -206,6 +208,11 @@ class Supervisor:
         if self.verify is not None:
             self.keeper.on_snapshot = self.verify.snapshot_taken
         self.tree = ProcessTree(os.getpid(), self.reaper)  # helper processes (hooks, git) are never its members
+        self.cgroup, no_cgroup = LoopCgroup.create(self.state_dir)
+        """The loop's own cgroup (process/cgroup.py): its figures, and a kill at the end of a stop; None where
+        none can be made (the signals then do the work alone)."""
+        (log.info("cgroup_made", path=str(self.cgroup.path)) if self.cgroup is not None
+         else log.info("cgroup_unavailable", reason=no_cgroup, fallback="the tree is paused and stopped by signals"))
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
@@ -316,6 +323,7 @@ class Supervisor:
             self.countdown.close()
         if self.tree.scan():
             await self.actions.stop("supervisor_exit", self.tracker.number)
+        self._kill_cgroup("supervisor_exit")
         wait_s = 0.0 if self.hurry else SHUTDOWN_WAIT_SECONDS
         try:  # the call a stop cut short is still reported
             await asyncio.wait_for(self.calls.finish_current(), max(0.01, wait_s))
@@ -349,6 +357,8 @@ class Supervisor:
         self.notifier.close(0.0 if self.hurry else 2.0)
         await asyncio.to_thread(self.metrics.close)  # after a final stop it waits for one more scrape
         self.sd.stopping()
+        if self.cgroup is not None and not self.cgroup.remove(self.state_dir):
+            log.warning("cgroup_left", path=str(self.cgroup.path), hint="swept at the next start")
         self.child_log.close()
         self.records.close()
         if self.guard is not None:
@@ -387,7 +397,8 @@ class Supervisor:
         settings = self.settings
         self.calls.release()  # a restart after a stop: its calls may run
         try:
-            popen = spawn(list(settings.command), settings.workspace, self._child_env, loop_stdin())
+            popen = spawn(list(settings.command), settings.workspace, self._child_env, loop_stdin(),
+                          enter=self.cgroup.enter if self.cgroup is not None else None)
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -462,8 +473,17 @@ class Supervisor:
     async def _stop_tree(self, why: str) -> None:
         """Stop the whole tree (see `TreeActions.stop`) and collect the child's exit."""
         await self.actions.stop(why, self.tracker.number)
+        self._kill_cgroup(why)
         if self.child is not None and self.reaper.exit_code(self.child.pid) is not None:
             self.child = None
+
+    def _kill_cgroup(self, why: str) -> None:
+        """A stop ends with `cgroup.kill`: whatever the signals missed, however it left the tree."""
+        if self.cgroup is not None:
+            left = self.cgroup.kill()
+            if left:
+                log.warning("cgroup_killed", processes=left, reason=why, path=str(self.cgroup.path))
+                self._on_sigchld()
 
     # ------------------------------------------------------------------ decisions
 
@@ -676,6 +696,8 @@ class Supervisor:
         child = self.child
         data["limit_until"] = None if self.limit_until is None else store.iso_utc(self.limit_until)
         data.update(self.waits.status(time.time(), frozen=self.limit_until is not None))
+        figures = self.cgroup.figures() if self.cgroup is not None else None
+        data["cgroup"] = None if figures is None else {"path": str(self.cgroup.path), **figures.to_dict()}
         data["supervisor"] = {"pid": os.getpid(), "running": True}
         data["child"] = None if child is None else {
             "pid": child.pid, "running": True, "paused": self.actions.paused, "processes": len(members)}
@@ -1028,6 +1050,9 @@ def run_supervisor(settings: Settings) -> int:
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
         (log.warning if swept else log.info)("orphans_swept", count=swept)
+        left = sweep_cgroup(settings.state_dir)  # the loop's cgroup a crashed supervisor left
+        if left is not None:
+            log.warning("cgroup_swept", path=left)
         code, hurried = asyncio.run(_supervise(settings, terminal))
     except Exception as exc:  # noqa: BLE001 - one clear line, exit 1
         log.exception("supervisor_failed", error=str(exc))
