@@ -268,6 +268,29 @@ class Metrics:
         self._of(self._final).set_function(lambda: 1.0 if self._final_of() else 0.0)
         self._of(self._iteration).set_function(iteration)
 
+    def follow_cgroup(self, figures: Callable[[], Any]) -> None:
+        """The loop's cgroup figures (`process/cgroup.py`), read at each exposition only (a scrape, a textfile
+        write): nothing is read per tick. `figures` returns a `Figures` or None (no cgroup: the gauges say 0)."""
+        labels = (self.workspace, self.name)
+        cpu = Gauge("ralph_supervise_cgroup_cpu_seconds", "CPU seconds of every process the loop's cgroup held.",
+                    ["workspace", "name"], registry=self.registry)
+        memory = Gauge("ralph_supervise_cgroup_memory_bytes",
+                       "Memory of the loop's cgroup now (0 where the unified hierarchy has no memory controller).",
+                       ["workspace", "name"], registry=self.registry)
+        tasks = Gauge("ralph_supervise_cgroup_tasks", "Processes in the loop's cgroup now.", ["workspace", "name"],
+                      registry=self.registry)
+
+        def read(field: str) -> float:
+            try:
+                value = getattr(figures(), field, None)
+            except Exception:  # noqa: BLE001 - a scrape must never fail on our bookkeeping
+                return 0.0
+            return float(value) if isinstance(value, (int, float)) else 0.0
+
+        cpu.labels(*labels).set_function(lambda: read("cpu_s"))
+        memory.labels(*labels).set_function(lambda: read("memory_bytes"))
+        tasks.labels(*labels).set_function(lambda: read("tasks"))
+
     # -- exposition ----------------------------------------------------------------------------
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:

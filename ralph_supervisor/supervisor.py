@@ -213,6 +213,8 @@ class Supervisor:
         none can be made (the signals then do the work alone)."""
         (log.info("cgroup_made", path=str(self.cgroup.path)) if self.cgroup is not None
          else log.info("cgroup_unavailable", reason=no_cgroup, fallback="the tree is paused and stopped by signals"))
+        if self.cgroup is not None:
+            self.metrics.follow_cgroup(self.cgroup.figures)
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,

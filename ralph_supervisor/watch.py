@@ -333,6 +333,11 @@ def _header(snap: Frame, now: float) -> Panel:
                        f"{as_text(view.get('outage_message'), 120) or 'the agent cannot reach its API'}",
                        style="bold blue")
     grid.add_row("breaker", breaker)
+    cgroup = view.get("cgroup")
+    if isinstance(cgroup, dict):
+        memory = as_int(cgroup.get("memory_bytes")) if cgroup.get("memory_bytes") is not None else None
+        grid.add_row("cgroup", Text(f"{as_int(cgroup.get('tasks'))} processes, {cgroup.get('cpu_s')} CPU s"
+                                    + (f", {memory / 2**20:.0f} MiB" if memory is not None else ""), style="dim"))
     usage = [w for w in view.get("usage") or [] if isinstance(w, dict)]
     if usage:
         grid.add_row("usage", Text(", ".join(f"{as_text(w.get('window'), 40)} {w.get('utilization')} %"

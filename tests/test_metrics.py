@@ -308,3 +308,19 @@ def test_an_outage_and_the_usage_windows_carry_the_loops_labels(metrics: Metrics
     metrics.outage(None)
     metrics.write_textfile(path)
     assert value(path.read_text(), "ralph_supervise_outage_since_timestamp_seconds") == 0
+
+
+def test_the_loops_cgroup_figures_are_read_at_each_exposition(metrics: Metrics, tmp_path: Path):
+    from ralph_supervisor.process.cgroup import Figures
+
+    now: list[Figures | None] = [Figures(12.5, 64 * 2**20, None, 7)]
+    metrics.follow_cgroup(lambda: now[0])
+    path = tmp_path / "ralph.prom"
+    metrics.write_textfile(path)
+    text = path.read_text()
+    assert value(text, "ralph_supervise_cgroup_cpu_seconds") == 12.5
+    assert value(text, "ralph_supervise_cgroup_memory_bytes") == 64 * 2**20
+    assert value(text, "ralph_supervise_cgroup_tasks") == 7
+    now[0] = None  # the cgroup is gone: zeros, never a failed scrape
+    metrics.write_textfile(path)
+    assert value(path.read_text(), "ralph_supervise_cgroup_tasks") == 0
