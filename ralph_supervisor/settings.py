@@ -330,6 +330,15 @@ OPTIONS: tuple[Option, ...] = (
            "an API outage (the agent's own retry reports) longer than this freezes the tree for a back-off; "
            "after three back-offs the open is final (trigger outage)",
            ("RALPH_SUPERVISE_OUTAGE_MAX",), metavar="MINUTES"),
+    Option("memory_max", "--memory-max", _size(1 << 20), None,
+           "bound the memory of the loop's cgroup (an OOM kill inside it fails the call it hit; needs a cgroup)",
+           ("RALPH_SUPERVISE_MEMORY_MAX",), metavar="SIZE"),
+    Option("cpu_max", "--cpu-max", _number(0, above=True), None,
+           "bound the CPU of the loop's cgroup, in percent of one CPU (200: two CPUs' worth; needs a cgroup)",
+           ("RALPH_SUPERVISE_CPU_MAX",), metavar="PCT"),
+    Option("tasks_max", "--tasks-max", _int(1), None,
+           "bound the number of processes in the loop's cgroup (a fork bomb stops there; needs a cgroup)",
+           ("RALPH_SUPERVISE_TASKS_MAX",), metavar="N"),
     Option("destructive_files", "--destructive-files", _int(0), 25,
            "open (destructive) when one iteration deletes or empties more than N files (0 = off)",
            ("RALPH_SUPERVISE_DESTRUCTIVE_FILES",), metavar="N"),
@@ -449,6 +458,9 @@ class Settings:
     usage_ceiling: float = _default("usage_ceiling")
     no_overage: bool = _default("no_overage")
     outage_max: float = _default("outage_max")
+    memory_max: int | None = _default("memory_max")
+    cpu_max: float | None = _default("cpu_max")
+    tasks_max: int | None = _default("tasks_max")
     destructive_files: int = _default("destructive_files")
     destructive_share: float = _default("destructive_share")
     snapshot_budget: int = _default("snapshot_budget")

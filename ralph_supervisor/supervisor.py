@@ -93,7 +93,7 @@ from ralph_supervisor.process.orphans import (
     record_path,
     sweep_orphans,
 )
-from ralph_supervisor.process.cgroup import LoopCgroup
+from ralph_supervisor.process.cgroup import Limits, LoopCgroup
 from ralph_supervisor.process.cgroup import sweep as sweep_cgroup
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import loop_stdin, spawn
@@ -156,7 +156,8 @@ class ChildInfo:
 class Supervisor:
     """Builds the parts, routes their events, applies decisions, shuts down. Lives on one event loop."""
 
-    def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None) -> None:
+    def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None,
+                 cgroup: tuple[LoopCgroup | None, str | None] | None = None) -> None:
         self.settings = settings
         self.guard: StateGuard | None = None
         self._escalation_text: str | None = None
@@ -177,6 +178,7 @@ class Supervisor:
         self._started_wall = time.time()
         self._last_tree_size = 0
         self._last_textfile = 0.0
+        self._oom_kills = 0
         self._wake = asyncio.Event()
 
         # the records and the humans
@@ -208,7 +210,7 @@ class Supervisor:
         if self.verify is not None:
             self.keeper.on_snapshot = self.verify.snapshot_taken
         self.tree = ProcessTree(os.getpid(), self.reaper)  # helper processes (hooks, git) are never its members
-        self.cgroup, no_cgroup = LoopCgroup.create(self.state_dir)
+        self.cgroup, no_cgroup = cgroup if cgroup is not None else LoopCgroup.create(self.state_dir)
         """The loop's own cgroup (process/cgroup.py): its figures, and a kill at the end of a stop; None where
         none can be made (the signals then do the work alone)."""
         (log.info("cgroup_made", path=str(self.cgroup.path)) if self.cgroup is not None
@@ -881,6 +883,7 @@ class Supervisor:
     def _call_started(self, call: CallEvidence, now: float) -> None:
         """A call began: its silence counts from here; the breaker learns of it (the trial, the caps)."""
         self.keeper.iteration_started(call.number)
+        self._oom_kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
         self.silence.restart(now)
         log.info("iteration_started", iteration=call.number, pid=call.pid, name=call.name or None)
         self.metrics.iteration_started(now=now)
@@ -910,11 +913,24 @@ class Supervisor:
             for key, event, fields in output_warnings(agent):
                 self.warnings.once(key, event_name=event, iteration=call.number, **fields)
         returned_to = self.returns.record(call.number, delta.fingerprint)
-        return build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
+        report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
                             commits=delta.commits, agent=agent, signatures=error_set(call.error_lines),
                             returned_to=returned_to, exit_status=exit_status, killed_by=killed_by,
                             timed_out=timed_out)
+        return self._oom_hit(report)
 
+    def _oom_hit(self, report: IterationReport) -> IterationReport:
+        """An OOM kill inside the loop's cgroup during the call: an event, and the call failed for that reason."""
+        kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
+        if kills <= self._oom_kills:
+            return report
+        killed, self._oom_kills = kills - self._oom_kills, kills
+        said = (f"Error: killed by the OOM killer ({killed} process{'es' if killed > 1 else ''}): the loop's cgroup "
+                f"reached --memory-max {self.settings.memory_max or '(its bound)'} bytes")
+        log.warning("cgroup_oom", iteration=report.number, kills=killed, memory_max=self.settings.memory_max)
+        return dataclasses.replace(report, failed=True, outage=False, usage_limited=False, reply=None,
+                                   error_lines=(said, *report.error_lines)[:20],
+                                   error_signatures=report.error_signatures | error_set([said]))
     # ------------------------------------------------------------------ small things
 
     def _gauges(self) -> dict[str, Any]:
@@ -985,7 +1001,8 @@ def write_report_at_exit(state_dir: Path) -> None:
         log.warning("report_unwritable", error=problem)
 
 
-async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:
+async def _supervise(settings: Settings, terminal: Terminal,
+                     cgroup: tuple[LoopCgroup | None, str | None] | None = None) -> tuple[int, bool]:
     """Supervise; the exit code, and whether a second signal asked to leave at once."""
     try:
         run_dir: RunFolder | None = RunFolder.create()
@@ -993,7 +1010,7 @@ async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]
         log.warning("shims_unavailable", error=str(exc), fallback="agent calls are sampled from the tree")
         run_dir = None
     try:
-        supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None)
+        supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None, cgroup)
         code = await supervisor.run()
     finally:
         if run_dir is not None:
@@ -1055,7 +1072,14 @@ def run_supervisor(settings: Settings) -> int:
         left = sweep_cgroup(settings.state_dir)  # the loop's cgroup a crashed supervisor left
         if left is not None:
             log.warning("cgroup_swept", path=left)
-        code, hurried = asyncio.run(_supervise(settings, terminal))
+        limits = Limits(settings.memory_max, settings.cpu_max, settings.tasks_max)
+        cgroup = LoopCgroup.create(settings.state_dir, limits)
+        if cgroup[0] is None and limits.any:  # never unbounded when a bound was asked for
+            print(f"ralph-supervise: {cgroup[1]}", file=sys.stderr)
+            log.error("cgroup_unavailable", reason=cgroup[1])
+            code = 1
+        else:
+            code, hurried = asyncio.run(_supervise(settings, terminal, cgroup))
     except Exception as exc:  # noqa: BLE001 - one clear line, exit 1
         log.exception("supervisor_failed", error=str(exc))
         print(f"ralph-supervise: internal error: {exc}", file=sys.stderr)

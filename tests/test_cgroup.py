@@ -43,3 +43,19 @@ def test_a_record_that_names_no_loop_cgroup_is_never_swept(tmp_path: Path) -> No
     assert sweep(tmp_path) is None and Path("/etc").exists()
     (tmp_path / "cgroup.json").write_text("not json")
     assert sweep(tmp_path) is None
+
+
+def test_a_bound_that_cannot_be_set_is_one_line_naming_the_flag_and_what_is_missing(tmp_path: Path) -> None:
+    from ralph_supervisor.process.cgroup import Limits, own_v1_paths, v1_mounts
+
+    assert v1_mounts("42 25 0:39 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+                     "43 25 0:40 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n") == {
+        "memory": Path("/sys/fs/cgroup/memory"), "cpu": Path("/sys/fs/cgroup/cpu,cpuacct"),
+        "cpuacct": Path("/sys/fs/cgroup/cpu,cpuacct"), "rw": Path("/sys/fs/cgroup/memory")}
+    assert own_v1_paths("4:memory:/x\n2:cpu,cpuacct:/\n0::/\n") == {"memory": "/x", "cpu": "/", "cpuacct": "/"}
+    cgroup = LoopCgroup(tmp_path / "ralph-loop-1")
+    said = cgroup._bound(Limits(memory_max=64 << 20), "ralph-loop-1", {}, {})
+    assert said is not None and said.startswith("--memory-max: no memory controller")
+    assert cgroup._bound(Limits(), "ralph-loop-1", {}, {}) is None  # no bound asked: nothing missing
+    said = cgroup._bound(Limits(tasks_max=5), "ralph-loop-1", {}, {})
+    assert said is not None and said.startswith("--tasks-max: no pids controller")

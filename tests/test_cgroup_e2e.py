@@ -59,7 +59,7 @@ def test_the_loop_runs_in_its_own_cgroup_and_a_stop_ends_with_cgroup_kill(tmp_pa
         assert proc.wait(timeout=60) == 0
         assert stranger.wait(timeout=10) == -9
         (killed,) = events(state_dir, "cgroup_killed")
-        assert killed["processes"] == 1
+        assert killed["processes"] == 1 and killed["reason"] == "stop_request"
         assert not path.exists() and not (state_dir / RECORD).exists()  # removed at exit
     finally:
         for p in (proc, stranger):
@@ -96,3 +96,62 @@ def test_a_cgroup_a_crashed_supervisor_left_is_swept_at_the_next_start(tmp_path:
             orphan.wait()
         if left.exists():
             left.rmdir()
+
+
+def fake_claude(tmp_path: Path, body: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    agent = bin_dir / "claude"
+    agent.write_text("#!/bin/sh\n" + body)
+    agent.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_memory_max_64m_and_a_call_that_allocates_200mb_is_an_oom_event_and_a_failed_call(tmp_path: Path) -> None:
+    cgroup_or_skip(tmp_path)
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    env = fake_claude(tmp_path, "python3 -c 'b = bytearray(200 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096])'\n"
+                                "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"done\"}'\n")
+    done = subprocess.run(supervise_argv("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                                         "-w", str(workspace), "--memory-max", "64M", "--",
+                                         "bash", "-c", "claude -p go --output-format json"),
+                          capture_output=True, timeout=90, env={**os.environ, **env})
+    state_dir = state_dir_of(workspace)
+    (oom,) = events(state_dir, "cgroup_oom")
+    assert oom["iteration"] == 1 and oom["kills"] >= 1 and oom["memory_max"] == 64_000_000
+    (finished,) = events(state_dir, "iteration_finished")
+    assert finished["failed"] is True and "killed by the OOM killer" in finished["first_error"]
+    assert done.returncode == 0  # the loop itself ended by itself after its one call
+
+
+def test_tasks_max_and_cpu_max_bound_the_loops_cgroup(tmp_path: Path) -> None:
+    cgroup_or_skip(tmp_path)
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    loop = ["bash", "-c", "for i in $(seq 40); do sleep 30 & done 2>/dev/null; "
+                          "timeout 3 bash -c 'while :; do :; done'; sleep 300"]
+    proc = start(workspace, "--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                 "--tasks-max", "20", "--cpu-max", "25", "--", *loop,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state_dir = state_dir_of(workspace)
+    try:
+        wait_for(lambda: events(state_dir, "cgroup_made"), timeout=30, what="the cgroup")
+        record = json.loads((state_dir / RECORD).read_text())
+        folders = {Path(p).parent.parts[3] if len(Path(p).parts) > 3 else "": Path(p) for p in record["v1"]}
+        cpu = next(Path(p) for p in record["v1"] if "/cpu/" in p or "/cpu," in p)
+        pids = next(Path(p) for p in record["v1"] if "/pids/" in p)
+        assert (pids / "pids.max").read_text().strip() == "20"
+        assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "25000" and folders
+        time.sleep(4.0)  # the busy loop ran 3 s under a quarter of a CPU
+        figures = json.loads(cli(workspace, "status", "--json"))["cgroup"]
+        assert figures["tasks"] <= 20  # the fork storm stopped at the bound
+        assert figures["cpu_s"] < 1.5, figures  # 3 s of a busy loop, bounded to 25 %: about 0.75 s
+        assert figures["memory_bytes"] is not None  # from the v1 memory hierarchy on a hybrid system
+        cli(workspace, "stop")
+        assert proc.wait(timeout=60) == 0
+        assert not any(Path(p).exists() for p in [record["path"], *record["v1"]])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -238,6 +238,12 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.floats(0, 1e6).map(lambda v: (v, v)) | st.integers(0, 10**6).map(lambda v: (v, float(v)))
         case "destructive_files":
             return same(st.integers(0, 2**40))
+        case "tasks_max":
+            return same(st.integers(1, 2**20))
+        case "cpu_max":
+            return st.floats(1e-3, 1e4).map(lambda v: (v, v))
+        case "memory_max":
+            return same(st.integers(2**20, 2**40))
         case "destructive_share":
             return st.floats(0, 100).map(lambda v: (v, v))
         case "snapshot_budget" | "snapshot_max_file":
