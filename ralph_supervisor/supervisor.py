@@ -931,6 +931,7 @@ class Supervisor:
         return dataclasses.replace(report, failed=True, outage=False, usage_limited=False, reply=None,
                                    error_lines=(said, *report.error_lines)[:20],
                                    error_signatures=report.error_signatures | error_set([said]))
+
     # ------------------------------------------------------------------ small things
 
     def _gauges(self) -> dict[str, Any]:
