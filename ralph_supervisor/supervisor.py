@@ -253,6 +253,7 @@ class Supervisor:
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
+        self.actions.hold = self.cgroup.hold if self.cgroup is not None else None  # an atomic pause
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
         self._child_env = (self.calls.prepare(run_dir, self._child_environment()) if run_dir is not None
                            else self._child_environment())

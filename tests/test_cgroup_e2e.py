@@ -155,3 +155,37 @@ def test_tasks_max_and_cpu_max_bound_the_loops_cgroup(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_pause_during_a_fork_storm_leaves_nothing_running(tmp_path: Path) -> None:
+    """The cgroup is frozen while the SIGSTOPs go round: nothing forked meanwhile runs on, and once it thaws
+    every process meets its SIGSTOP: all of them in state T, and their number stays put."""
+    cgroup_or_skip(tmp_path)
+    from ralph_supervisor.process.linux import read_stat
+
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    loop = ["bash", "-c", "while :; do sleep 100 & sh -c 'sleep 100 & sleep 100' & done 2>/dev/null"]
+    proc = start(workspace, "--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                 "--tasks-max", "400", "--", *loop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state_dir = state_dir_of(workspace)
+    try:
+        (made,) = wait_for(lambda: events(state_dir, "cgroup_made"), timeout=30, what="the cgroup")
+        path = Path(made["path"])
+        wait_for(lambda: len((path / "cgroup.procs").read_text().split()) >= 100, timeout=30, what="the storm")
+        assert "paused" in cli(workspace, "pause")
+        pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        states = {pid: (read_stat(pid).state if read_stat(pid) else "gone") for pid in pids}
+        running = {pid: st for pid, st in states.items() if st not in ("T", "t", "gone", "Z")}
+        assert not running, running
+        time.sleep(1.0)
+        assert sorted(int(p) for p in (path / "cgroup.procs").read_text().split()) == sorted(pids)  # no newcomer
+        assert "frozen 0" in (path / "cgroup.events").read_text()  # held only while the signals went round
+        (paused,) = events(state_dir, "tree_paused")
+        assert paused["processes"] >= len([s for s in states.values() if s in ("T", "t")])
+        cli(workspace, "stop")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -245,6 +245,22 @@ class LoopCgroup:
             pass
         return 0
 
+    def hold(self, on: bool, timeout: float = 0.5) -> bool:
+        """Freeze (`cgroup.freeze` 1, until `cgroup.events` says `frozen 1`, at most `timeout`) or thaw the
+        cgroup; False where it cannot (the signals then pause alone). The tree's pause holds it around its
+        SIGSTOPs (`ProcessTree.pause`)."""
+        if not _write(self.path / "cgroup.freeze", "1" if on else "0"):
+            return False
+        deadline = time.monotonic() + timeout
+        while on and time.monotonic() < deadline:
+            try:
+                if "frozen 1" in (self.path / "cgroup.events").read_text():
+                    break
+            except OSError:
+                break
+            time.sleep(0.001)
+        return True
+
     def kill(self, settle_s: float = 0.3) -> int:
         """SIGKILL everything in the cgroup at once (`cgroup.kill`; each process where the kernel has none).
         Returns how many processes there were."""
