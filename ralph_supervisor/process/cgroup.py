@@ -6,7 +6,7 @@ the loop runs in a cgroup of its own, made under the supervisor's own cgroup (fr
 stays inside whatever limits the supervisor runs under): the child enters it between fork and exec, before it
 can start anything. A stop ends with `cgroup.kill` (what the signals left, if anything, dies with it), and
 its figures (CPU seconds from `cpu.stat`, memory where the unified hierarchy has the memory controller, the
-processes in it) are in `status --json`. The cgroup's path is recorded in the state folder, it is removed
+processes in it) are in `status --json`; a pause holds it frozen while its SIGSTOPs go round (`hold`). The cgroup's path is recorded in the state folder, it is removed
 at exit, and a successor sweeps one a crashed supervisor left. Where none can be made, the signals do the
 work alone, said once at start (`create` returns the reason).
 
