@@ -189,3 +189,34 @@ def test_a_pause_during_a_fork_storm_leaves_nothing_running(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_where_cgroup_v2_gives_the_controllers_the_bounds_go_through_them(tmp_path: Path) -> None:
+    cgroup_or_skip(tmp_path)
+    from ralph_supervisor.process.cgroup import _enabled
+
+    mount = unified_mount(Path("/proc/self/mountinfo").read_text())
+    own = own_unified_path(Path("/proc/self/cgroup").read_text())
+    assert mount is not None and own is not None
+    enabled = _enabled(mount / own.lstrip("/"))
+    if not {"memory", "pids"} <= enabled:
+        pytest.skip(f"cgroup v2 here enables {sorted(enabled) or 'no'} controllers for our cgroup's children "
+                    "(a hybrid system): the v1 path is what bounds the loop here, tested above")
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    proc = start(workspace, "--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                 "--memory-max", "64M", "--tasks-max", "50", "--", "sleep", "300",
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state_dir = state_dir_of(workspace)
+    try:
+        (made,) = wait_for(lambda: events(state_dir, "cgroup_made"), timeout=30, what="the cgroup")
+        path = Path(made["path"])
+        assert (path / "memory.max").read_text().strip() == "64000000"
+        assert (path / "pids.max").read_text().strip() == "50"
+        assert json.loads((state_dir / RECORD).read_text())["v1"] == []
+        cli(workspace, "stop")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
