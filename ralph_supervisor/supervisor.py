@@ -362,6 +362,9 @@ class Supervisor:
         self.notifier.close(0.0 if self.hurry else 2.0)
         await asyncio.to_thread(self.metrics.close)  # after a final stop it waits for one more scrape
         self.sd.stopping()
+        figures = self.cgroup.figures() if self.cgroup is not None else None
+        if figures is not None:  # what the loop used in all, for the report
+            log.info("cgroup_figures", **figures.to_dict())
         if self.cgroup is not None and not self.cgroup.remove(self.state_dir):
             log.warning("cgroup_left", path=str(self.cgroup.path), hint="swept at the next start")
         self.child_log.close()

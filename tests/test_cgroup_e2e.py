@@ -123,6 +123,10 @@ def test_memory_max_64m_and_a_call_that_allocates_200mb_is_an_oom_event_and_a_fa
     (finished,) = events(state_dir, "iteration_finished")
     assert finished["failed"] is True and "killed by the OOM killer" in finished["first_error"]
     assert done.returncode == 0  # the loop itself ended by itself after its one call
+    report = cli(workspace, "report")
+    assert "CGROUP the loop used" in report and "the OOM killer struck" in report
+    (figures,) = events(state_dir, "cgroup_figures")
+    assert figures["memory_peak_bytes"] is not None and figures["memory_peak_bytes"] <= 64_000_000 + (1 << 20)
 
 
 def test_tasks_max_and_cpu_max_bound_the_loops_cgroup(tmp_path: Path) -> None:

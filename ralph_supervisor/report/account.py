@@ -611,6 +611,14 @@ def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
     if lasted:
         lines.append(f"{len(lasted)} API outage{'s' if len(lasted) != 1 else ''} waited out, the longest "
                      f"{duration(max(lasted))}")
+    cpu = [as_float(e.get("cpu_s")) or 0.0 for run in runs for e in run.events if _name(e) == "cgroup_figures"]
+    peaks = [as_int(e.get("memory_peak_bytes")) for run in runs for e in run.events
+             if _name(e) == "cgroup_figures" and e.get("memory_peak_bytes") is not None]
+    ooms = sum(as_int(e.get("kills")) for run in runs for e in run.events if _name(e) == "cgroup_oom")
+    if cpu:
+        lines.append(f"CGROUP the loop used {sum(cpu):.1f} CPU s" + (f", memory at most {max(peaks) / 2**20:.0f} MiB"
+                                                                    if peaks else "")
+                     + (f"; the OOM killer struck {ooms} time{'s' if ooms != 1 else ''}" if ooms else ""))
     for window in usage[:4]:
         if isinstance(window, Mapping):
             resets = parse_time(window.get("resets_at"))

@@ -34,7 +34,7 @@ EVENTS_READ = frozenset({
     "orphans_swept", "supervisor_started", "child_started", "child_exited", "iteration_started",
     "iteration_finished", "tree_paused", "tree_resumed", "tree_stopped", "supervisor_stopped",
     "limit_wait_started", "limit_wait_ended", "limit_wait_over", "limit_wait_finished",
-    "outage_started", "outage_ended", "usage_high",
+    "outage_started", "outage_ended", "usage_high", "cgroup_figures", "cgroup_oom",
 })
 """The `event` names the report uses; other lines of events.jsonl are not even parsed."""
 
