@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark the loop's cgroup: stopping a 212-process TERM-ignoring tree by the signal path (ProcessTree.stop,
-grace 0) against `cgroup.kill`, and the cost of reading the cgroup's figures (what `status`, `watch` and a
+grace 0) against `cgroup.kill`, pausing it by signals alone and with the cgroup held frozen around them, and the cost of reading the cgroup's figures (what `status`, `watch` and a
 metrics scrape read; nothing is read per tick).
 
 Needs a cgroup v2 it can write (root, or a delegated subtree); says so and exits 0 otherwise.
@@ -64,7 +64,21 @@ def main(argv: list[str]) -> int:
             left = len(tree.scan())
             print(f"stop {MEMBERS}: signals {signals_ms:7.1f} ms ({len(result.survivors)} survivors) | "
                   f"cgroup.kill {kill_ms:7.1f} ms ({inside} in it, {left} left)")
+        from ralph_supervisor.process.linux import read_stat
+
+        def running() -> int:
+            stats = [read_stat(pid) for pid in cgroup.pids()]
+            return sum(1 for st in stats if st is not None and st.state not in ("T", "t", "Z"))
+
         start(tree, reaper, cgroup)
+        for label, hold in (("signals", None), ("cgroup-held", cgroup.hold)):
+            for _ in range(args.rounds):
+                began = time.perf_counter()
+                count = tree.pause(hold)
+                took_ms = (time.perf_counter() - began) * 1000
+                print(f"pause {label:11s}: {took_ms:6.1f} ms, {count} stopped, {running()} running after")
+                tree.resume()
+                time.sleep(0.1)
         reads = 2000
         cpu0, began = time.process_time(), time.perf_counter()
         for _ in range(reads):
