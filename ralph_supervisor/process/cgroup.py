@@ -283,8 +283,8 @@ class LoopCgroup:
     def remove(self, state_dir: Path, timeout: float = 2.0) -> bool:
         """Kill what is left, remove the folder and its record; False when it would not go."""
         self.kill()
-        deadline = time.monotonic() + timeout
-        for folder in (self.path, *self.v1.values()):
+        for folder in (self.path, *self.v1.values()):  # each its own time: one that will not go keeps no other
+            deadline = time.monotonic() + timeout
             while not _rmdir(folder) and time.monotonic() < deadline:
                 time.sleep(0.02)
         gone = not any(folder.exists() for folder in self.paths)
