@@ -43,6 +43,7 @@ def collect(state_dir: Path) -> dict[str, Any]:
     data, warning = _from_state_file(state_dir)
     data["limit_until"] = None  # a wait lasts only while a supervisor freezes the tree
     data["outage_since"] = None  # ... and an outage only while one watches the loop
+    data["cgroup"] = None  # ... and the loop's cgroup only while its supervisor runs
     data["supervisor"] = {"pid": pid, "running": pid is not None}
     data["child"] = None
     data["state_dir"] = str(state_dir)  # outside the workspace: say where
