@@ -74,6 +74,8 @@ def _run_parser() -> argparse.ArgumentParser:
         if option.switch:
             kwargs.update(action="store_const", const="true", metavar=None)
             del kwargs["metavar"]
+        elif option.metavar is None and option.default is False:  # a switch: `--no-overage` (a value is optional)
+            kwargs.update(nargs="?", const="true", metavar="true|false")
         parser.add_argument(option.flag, **kwargs)
     parser.add_argument("--verbose", dest="opt_log_detail", action="store_const", const="verbose",
                         help="the same as --log-detail verbose")

@@ -37,8 +37,10 @@ _COLOR = {"green": "\x1b[32m", "yellow": "\x1b[33m", "red": "\x1b[31m", "blue": 
           "bold green": "\x1b[1;32m", "bold blue": "\x1b[1;34m"}
 
 QUIET_EVENTS = frozenset({events.BREAKER_TRANSITION, events.LIMIT_WAIT_STARTED, events.LIMIT_WAIT_ENDED,
-                          events.BREAKER_FINAL})
+                          events.BREAKER_FINAL, "outage_started", "outage_ended"})
 """What `--quiet` still prints (with errors and the end of the run)."""
+WAIT_WORDS = {"limit": "LIMIT wait", "ceiling": "CEILING wait", "outage": "OUTAGE wait"}
+"""The first words of a freeze's line, by its kind (`limit_wait.Wait.kind`)."""
 
 
 def clock(record: Mapping[str, Any], key: str = "ts", form: str = "%H:%M:%S") -> str:
@@ -178,11 +180,35 @@ class ConsoleLines:
         until = parse_time(r.get("until"))
         at = clock(r, "until", "%H:%M").strip() or "?"
         left = f" ({duration(until - (parse_time(r.get('ts')) or until))})" if until is not None else ""
-        return self._line(r, self._paint(f"LIMIT wait until {at}{left}", "bold blue")
+        word = WAIT_WORDS.get(_text(r.get("kind"), 20), "LIMIT wait")
+        return self._line(r, self._paint(f"{word} until {at}{left}", "bold blue")
                           + f": {_text(r.get('reason'), 1000)}; the tree is frozen, `ralph-supervise resume` ends the wait")
 
     def _on_limit_wait_ended(self, r: Mapping[str, Any]) -> str:
         return self._line(r, self._paint("LIMIT over", "bold blue") + f": {_text(r.get('why'), 300)}")
+
+    def _on_outage_started(self, r: Mapping[str, Any]) -> str:
+        since = clock(r, "since", "%H:%M").strip() or "?"
+        return self._line(r, self._paint(f"OUTAGE since {since}", "bold blue")
+                          + f": the agent cannot reach its API ({_text(r.get('message'), 300)}); nothing is counted, "
+                            f"the breaker stays CLOSED")
+
+    def _on_outage_ended(self, r: Mapping[str, Any]) -> str:
+        lasted = as_float(r.get("seconds"))
+        return self._line(r, self._paint("OUTAGE over", "bold blue")
+                          + (f" after {duration(lasted)}" if lasted else "") + f": {_text(r.get('why'), 300)}")
+
+    def _on_usage_high(self, r: Mapping[str, Any]) -> str:
+        windows = r.get("windows") if isinstance(r.get("windows"), list) else []
+        said = []
+        for window in windows[:6]:
+            if not isinstance(window, Mapping):
+                continue
+            figure = as_float(window.get("utilization"))
+            resets = clock(window, "resets_at", "%H:%M").strip()
+            said.append(f"{_text(window.get('window'), 40)} at {'?' if figure is None else f'{figure:g}'} %"
+                        + (f" (resets {resets})" if resets else ""))
+        return self._line(r, self._paint("USAGE", "bold yellow") + ": " + ", ".join(said))
 
     def _on_tree_stopped(self, r: Mapping[str, Any]) -> str:
         survivors = as_int(r.get("survivors"))

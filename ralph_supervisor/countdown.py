@@ -38,7 +38,7 @@ class Wait:
     """The loop waits for something that ends by itself at `until` (epoch seconds)."""
 
     kind: str
-    """limit, cooldown (and, as they come: ceiling, outage)."""
+    """limit, ceiling (`--usage-ceiling`, `--no-overage`), outage (an outage's back-off), cooldown."""
     label: str
     """What a person reads first: `LIMIT wait`, `OPEN no-progress, cooldown`."""
     started: float | None
@@ -94,13 +94,15 @@ def fit(line: str, cells: int) -> str:
     return "".join(out) + "…"
 
 
-def waits_now(*, limit_until: float | None, breaker: Any, now: float) -> list[Wait]:
-    """The waits that are on: a usage-limit wait (until `limit_until`), the breaker's cooldown (a pause or a
-    kill that ends by itself). A new kind of wait (a usage-ceiling freeze, an outage back-off) is one more
-    entry here."""
+def waits_now(*, limit_until: float | None, breaker: Any, now: float, limit_kind: str = "limit") -> list[Wait]:
+    """The waits that are on: a freeze until `limit_until` (a usage limit, the usage ceiling or an outage's
+    back-off, by `limit_kind`; the words stay short, so the line fits 100 columns), the breaker's cooldown (a
+    pause or a kill that ends by itself)."""
     waits = []
     if limit_until is not None:
-        waits.append(Wait("limit", "LIMIT wait", None, limit_until, "`ralph-supervise resume` ends it"))
+        label = {"ceiling": "CEILING wait", "outage": "OUTAGE wait"}.get(limit_kind, "LIMIT wait")
+        kind = limit_kind if limit_kind in ("ceiling", "outage") else "limit"
+        waits.append(Wait(kind, label, None, limit_until, "`ralph-supervise resume` ends it"))
     cooldown = breaker.seconds_until_half_open(now)
     if cooldown is not None and cooldown > 0:
         snapshot = breaker.snapshot()

@@ -48,7 +48,7 @@ def status_line(report: IterationReport) -> str:
 def outcome(report: IterationReport) -> str:
     """One word or two for the evidence table, the worst thing first: the words everybody uses (`outcomes.py`)."""
     said = outcome_of(progress=report.progress, failed=report.failed, usage_limited=report.usage_limited,
-                      blocked=report.blocked, cut_short=report.cut_short)
+                      blocked=report.blocked, cut_short=report.cut_short, outage=report.outage)
     return outcome_words(said, completed=report.completed, timed_out=report.timed_out)
 
 

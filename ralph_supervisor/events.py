@@ -50,6 +50,14 @@ LIMIT_WAIT_STARTED = "limit_wait_started"
 """`until` (ISO-8601 UTC), `reason`, `iteration`."""
 LIMIT_WAIT_ENDED = "limit_wait_ended"
 """`why`, `iteration`: the only end of a limit wait."""
+OUTAGE_STARTED = "outage_started"
+"""`message`, `iteration`: the agent says it cannot reach its API (`outage.py`)."""
+OUTAGE_ENDED = "outage_ended"
+USAGE_HIGH = "usage_high"
+"""`window`, `percent`: a usage window at 75 % or more (`usage_headroom.py`)."""
+# -- the loop's cgroup -----------------------------------------------------------------------------
+CGROUP_FIGURES = "cgroup_figures"
+CGROUP_OOM = "cgroup_oom"
 
 # -- warnings written in more than one place -------------------------------------------------------
 REPORT_UNWRITABLE = "report_unwritable"

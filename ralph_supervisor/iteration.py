@@ -65,6 +65,11 @@ class IterationReport:
     cut_short: bool = False
     """The iteration was interrupted by the supervisor itself (a pause or a stop); never a trial."""
 
+    outage: bool = False
+    """The agent said it cannot reach its API and the call did not succeed: neutral for every rule (`outage.py`)."""
+    outage_message: str = ""
+    """Its last retry report or error saying so."""
+
     states_blocker: bool = False
     """The reply says the agent is blocked (`STATUS: BLOCKED`, or a blocker in its words: see `residual.py`)."""
 

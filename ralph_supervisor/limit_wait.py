@@ -38,6 +38,9 @@ class Wait:
     reason: str
     ignored_reset: float | None = None
     """A reset time the agent gave that was not believed (in the past, or too far ahead)."""
+    kind: str = "limit"
+    """What the tree waits for: `limit` (a usage limit), `ceiling` (`--usage-ceiling`, `--no-overage`:
+    `usage_headroom.py`), `outage` (an outage's back-off: `outage.py`). Every kind is waited out the same way."""
 
 
 class LimitWait:

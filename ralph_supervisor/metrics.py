@@ -145,9 +145,16 @@ class Metrics:
                                  [*ws, "result"], registry=r)
         for result in ("passed", "failed", "unverified"):
             self._verifies.labels(workspace, self.name, result)
+        self._outage = Gauge("ralph_supervise_outage_since_timestamp_seconds",
+                             "While the agent cannot reach its API (an outage): since when (Unix time); else 0.", ws,
+                             registry=r)
+        self._usage = Gauge("ralph_supervise_usage_window_percent",
+                            "How full the agent last said a usage window is (percent), by window (five_hour, "
+                            "seven_day, ...).", [*ws, "window"], registry=r)
         for metric in (self._iterations, self._state, self._final, self._iteration, self._output, self._files,
                        self._tree, self._tokens, self._cost, self._stops, self._survivors, self._running,
-                       self._started, self._limit, self._snapshots, self._snapshot_bytes, self._verify_seconds):
+                       self._started, self._limit, self._snapshots, self._snapshot_bytes, self._verify_seconds,
+                       self._outage):
             metric.labels(workspace, self.name)  # present (as 0) from the first scrape
         for trigger in KNOWN_TRIGGERS:
             self._opens.labels(workspace, self.name, trigger)
@@ -189,6 +196,12 @@ class Metrics:
 
     def limit_wait(self, until: float | None) -> None:
         self._of(self._limit).set(until or 0)
+
+    def outage(self, since: float | None) -> None:
+        self._of(self._outage).set(since or 0)
+
+    def usage_window(self, window: str, percent: float) -> None:
+        self._usage.labels(self.workspace, self.name, window[:40]).set(percent)
 
     def add_output_bytes(self, n: int) -> None:
         if n > 0:
@@ -254,6 +267,29 @@ class Metrics:
         self._final_of = lambda: read("final") is True
         self._of(self._final).set_function(lambda: 1.0 if self._final_of() else 0.0)
         self._of(self._iteration).set_function(iteration)
+
+    def follow_cgroup(self, figures: Callable[[], Any]) -> None:
+        """The loop's cgroup figures (`process/cgroup.py`), read at each exposition only (a scrape, a textfile
+        write): nothing is read per tick. `figures` returns a `Figures` or None (no cgroup: the gauges say 0)."""
+        labels = (self.workspace, self.name)
+        cpu = Gauge("ralph_supervise_cgroup_cpu_seconds", "CPU seconds of every process the loop's cgroup held.",
+                    ["workspace", "name"], registry=self.registry)
+        memory = Gauge("ralph_supervise_cgroup_memory_bytes",
+                       "Memory of the loop's cgroup now (0 where the unified hierarchy has no memory controller).",
+                       ["workspace", "name"], registry=self.registry)
+        tasks = Gauge("ralph_supervise_cgroup_tasks", "Processes in the loop's cgroup now.", ["workspace", "name"],
+                      registry=self.registry)
+
+        def read(field: str) -> float:
+            try:
+                value = getattr(figures(), field, None)
+            except Exception:  # noqa: BLE001 - a scrape must never fail on our bookkeeping
+                return 0.0
+            return float(value) if isinstance(value, (int, float)) else 0.0
+
+        cpu.labels(*labels).set_function(lambda: read("cpu_s"))
+        memory.labels(*labels).set_function(lambda: read("memory_bytes"))
+        tasks.labels(*labels).set_function(lambda: read("tasks"))
 
     # -- exposition ----------------------------------------------------------------------------
 

@@ -51,14 +51,15 @@ __all__ = [
     "message_for",
     "notice_for_child_exit",
     "notice_for_limit_wait",
+    "notice_for_outage",
     "notice_for_transition",
     "parse_notify_urls",
     "validate_notify_url",
     "webhook_as_apprise",
 ]
 
-NoticeKind = Literal["open", "close", "final", "child_exited", "half_open", "limit_wait"]
-APPRISE_KINDS = frozenset({"open", "final", "limit_wait", "child_exited"})
+NoticeKind = Literal["open", "close", "final", "child_exited", "half_open", "limit_wait", "outage"]
+APPRISE_KINDS = frozenset({"open", "final", "limit_wait", "child_exited", "outage"})
 """What `--notify` endpoints hear about: the moments a human may want to act on."""
 
 RATE_WINDOW_S = 3600.0
@@ -152,19 +153,46 @@ def notice_for_child_exit(
                   _verdict("finished", "itself", trigger, iteration, code=code), "child_exited")
 
 
-def notice_for_limit_wait(*, until: str | float | None, reason: str, workspace: str, iteration: int) -> Notice:
-    """A usage limit: the tree is frozen until the limit resets (one notice per wait, not per call).
-    `until` is ISO-8601 UTC (or epoch seconds; None when the reset time is unknown)."""
+WAIT_TITLES = {"limit": "usage limit", "ceiling": "usage ceiling", "outage": "API outage, backing off"}
+"""What a freeze is for, by its kind (`limit_wait.Wait.kind`), in a notice's title."""
+
+
+def notice_for_limit_wait(*, until: str | float | None, reason: str, workspace: str, iteration: int,
+                          kind: str = "limit") -> Notice:
+    """A usage limit (or the usage ceiling, or an outage's back-off: `kind`): the tree is frozen until the
+    limit resets (one notice per wait, not per call). `until` is ISO-8601 UTC (or epoch seconds; None when
+    the reset time is unknown)."""
     from ralph_supervisor.values import parse_time
 
     name = _project_name(workspace)
     moment = parse_time(until)
     verdict = _verdict("waiting", "limit", "none", iteration, until=moment)
     shown = f" until {until}" if isinstance(until, str) else ""
-    return Notice("limit_wait", f"ralph {name}: usage limit, waiting{shown}",
+    return Notice("limit_wait", f"ralph {name}: {WAIT_TITLES.get(kind, 'usage limit')}, waiting{shown}",
                   f"{reason}. The tree is frozen until then; `ralph-supervise resume` ends the wait now "
                   f"(iteration {iteration}).", workspace, "CLOSED", "none", iteration, reason, verdict,
                   f"limit_wait:{iteration}:{until}")
+
+
+def notice_for_outage(*, started: bool, since: float, message: str, workspace: str, iteration: int,
+                      now: float | None = None) -> Notice:
+    """The agent's API is out of reach (one notice when the outage starts) or reached again (one when it ends).
+    The breaker stays CLOSED: nothing is counted, the loop waits."""
+    from ralph_supervisor.store import iso_utc
+
+    name = _project_name(workspace)
+    at = iso_utc(since)
+    if started:
+        return Notice("outage", f"ralph {name}: API outage since {at}",
+                      f"The agent cannot reach its API ({message}). Nothing is counted against the loop; the "
+                      f"tree is frozen for a back-off if it lasts longer than --outage-max (iteration {iteration}).",
+                      workspace, "CLOSED", "none", iteration, message, _verdict("running", "", "none", iteration),
+                      f"outage:{at}:start")
+    lasted = "" if now is None else f" after {max(0.0, now - since) / 60:.0f} min"
+    return Notice("outage", f"ralph {name}: API outage over{lasted}",
+                  f"The agent reaches its API again (out of reach since {at}; iteration {iteration}).",
+                  workspace, "CLOSED", "none", iteration, message, _verdict("running", "", "none", iteration),
+                  f"outage:{at}:end")
 
 
 def format_text(notice: Notice, report: str = "") -> str:

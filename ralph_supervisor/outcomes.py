@@ -42,18 +42,22 @@ FAILED = Outcome("failed", "✗", "failed", "red")
 LIMITED = Outcome("limited", "⧗", "usage limit", "blue")
 BLOCKED = Outcome("blocked", "⊘", "blocked", "magenta")
 CUT_SHORT = Outcome("cut-short", "✂", "cut short", "dim")
-OUTCOMES: tuple[Outcome, ...] = (PROGRESS, NO_CHANGE, FAILED, LIMITED, BLOCKED, CUT_SHORT)
+OUTAGE = Outcome("outage", "⌁", "API outage", "blue")
+OUTCOMES: tuple[Outcome, ...] = (PROGRESS, NO_CHANGE, FAILED, LIMITED, BLOCKED, CUT_SHORT, OUTAGE)
 """Every outcome; the marks are one terminal cell wide each (no emoji: those take two)."""
 WORD_WIDTH = max(len(o.word) for o in OUTCOMES)
 
 
 def outcome_of(*, progress: bool, failed: bool = False, usage_limited: bool = False, blocked: bool = False,
-               cut_short: bool = False) -> Outcome:
-    """The worst thing first: a call cut short, a usage limit, a blocked call, a failed one; then progress or not."""
+               cut_short: bool = False, outage: bool = False) -> Outcome:
+    """The worst thing first: a call cut short, a usage limit, an API outage, a blocked call, a failed one;
+    then progress or not."""
     if cut_short:
         return CUT_SHORT
     if usage_limited:
         return LIMITED
+    if outage:
+        return OUTAGE
     if blocked:
         return BLOCKED
     if failed:
@@ -66,7 +70,8 @@ def outcome_of_record(record: Mapping[str, Any]) -> Outcome:
     legacy = record.get("outcome")
     failed = record.get("failed") is True or (legacy == "failure" and "failed" not in record)
     return outcome_of(progress=legacy == "success", failed=failed, usage_limited=record.get("usage_limited") is True,
-                      blocked=record.get("blocked") is True, cut_short=record.get("cut_short") is True)
+                      blocked=record.get("blocked") is True, cut_short=record.get("cut_short") is True,
+                      outage=record.get("outage") is True)
 
 
 def outcome_words(outcome: Outcome, *, completed: bool = False, timed_out: bool = False) -> str:

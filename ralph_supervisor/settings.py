@@ -336,6 +336,26 @@ OPTIONS: tuple[Option, ...] = (
     Option("limit_wait_margin", "--limit-wait-margin", _number(0), 60.0,
            "after a usage limit with a known reset time, keep the tree frozen this much longer",
            ("RALPH_SUPERVISE_LIMIT_WAIT_MARGIN",), metavar="SECONDS"),
+    Option("usage_ceiling", "--usage-ceiling", _number(0, 100), 0.0,
+           "once a call reports a usage window at PCT %% or more, freeze the tree after it until that window "
+           "resets (plus --limit-wait-margin), as for a usage limit (0 = off; 90 leaves you a tenth)",
+           ("RALPH_SUPERVISE_USAGE_CEILING",), metavar="PCT"),
+    Option("no_overage", "--no-overage", _bool, False,
+           "freeze the same way when a call reports that it is spending paid overage",
+           ("RALPH_SUPERVISE_NO_OVERAGE",)),
+    Option("outage_max", "--outage-max", _number(0, above=True), 60.0,
+           "an API outage (the agent's own retry reports) longer than this freezes the tree for a back-off; "
+           "after three back-offs the open is final (trigger outage)",
+           ("RALPH_SUPERVISE_OUTAGE_MAX",), metavar="MINUTES"),
+    Option("memory_max", "--memory-max", _size(1 << 20), None,
+           "bound the memory of the loop's cgroup (an OOM kill inside it fails the call it hit; needs a cgroup)",
+           ("RALPH_SUPERVISE_MEMORY_MAX",), metavar="SIZE"),
+    Option("cpu_max", "--cpu-max", _number(0, above=True), None,
+           "bound the CPU of the loop's cgroup, in percent of one CPU (200: two CPUs' worth; needs a cgroup)",
+           ("RALPH_SUPERVISE_CPU_MAX",), metavar="PCT"),
+    Option("tasks_max", "--tasks-max", _int(1), None,
+           "bound the number of processes in the loop's cgroup (a fork bomb stops there; needs a cgroup)",
+           ("RALPH_SUPERVISE_TASKS_MAX",), metavar="N"),
     Option("destructive_files", "--destructive-files", _int(0), 25,
            "open (destructive) when one iteration leaves more than N files deleted, emptied or reverted (0 = off)",
            ("RALPH_SUPERVISE_DESTRUCTIVE_FILES",), metavar="N"),
@@ -416,7 +436,8 @@ OPTIONS: tuple[Option, ...] = (
            "the end only (quiet, or --quiet), every event with all its fields (verbose, or --verbose)",
            ("RALPH_SUPERVISE_LOG_DETAIL",), metavar="normal|quiet|verbose"),
     Option("countdown_every", "--countdown-every", _number(0, above=True), 300.0,
-           "while the loop waits (a usage limit, a cooldown) and the console is not a terminal: a line with the "
+           "while the loop waits (a usage limit, the usage ceiling, an outage back-off, a cooldown) and the console is "
+           "not a terminal: a line with the "
            "time left this often (on a terminal one line counts down in place)", metavar="SECONDS"),
     Option("log_max_bytes", "--log-max-bytes", _size(4096), 50_000_000, "child.log size before it is rotated",
            metavar="SIZE"),
@@ -470,6 +491,12 @@ class Settings:
     daily_cost_budget: float = _default("daily_cost_budget")
     limit_wait: str = _default("limit_wait")
     limit_wait_margin: float = _default("limit_wait_margin")
+    usage_ceiling: float = _default("usage_ceiling")
+    no_overage: bool = _default("no_overage")
+    outage_max: float = _default("outage_max")
+    memory_max: int | None = _default("memory_max")
+    cpu_max: float | None = _default("cpu_max")
+    tasks_max: int | None = _default("tasks_max")
     destructive_files: int = _default("destructive_files")
     destructive_share: float = _default("destructive_share")
     snapshot_budget: int = _default("snapshot_budget")

@@ -51,8 +51,11 @@ def tmux_line(status: dict[str, Any]) -> str:
     state = status.get("state", "CLOSED")
     label = state if state == "CLOSED" or status.get("trigger") in (None, "none") else f"{state}({status['trigger']})"
     limit = status.get("limit_until")
+    outage = status.get("outage_since")
     if limit:
         label = f"LIMIT until {local_clock(limit)}"
+    if outage:
+        label = f"OUTAGE since {local_clock(outage)}" + (f", frozen until {local_clock(limit)}" if limit else "")
     parts = [f"ralph: {label}", f"it{status.get('iteration', 0)}"]
     child = status.get("child")
     if isinstance(child, dict) and child.get("paused") and not limit:
@@ -75,8 +78,16 @@ def human(status: dict[str, Any]) -> str:
     lines.append(f"Tokens used:    {status.get('tokens_used', 0)}")
     lines.append(f"Cost:           ${status.get('cost_usd', 0.0) or 0.0:.4f}")
     if status.get("limit_until"):
-        lines.append(f"Usage limit:    waiting until {local_clock(status['limit_until'])} "
+        what = {"ceiling": "Usage ceiling:", "outage": "Outage wait:"}.get(str(status.get("wait_kind")), "Usage limit:")
+        lines.append(f"{what:<16}waiting until {local_clock(status['limit_until'])} "
                      f"({status['limit_until']}); `ralph-supervise resume` ends the wait now")
+    if status.get("outage_since"):
+        lines.append(f"API outage:     since {local_clock(status['outage_since'])} ({status['outage_since']}): "
+                     f"{status.get('outage_message') or 'the agent cannot reach its API'}; nothing is counted")
+    for window in status.get("usage") or []:
+        if isinstance(window, dict):
+            resets = f", resets {local_clock(window['resets_at'])}" if window.get("resets_at") else ""
+            lines.append(f"Usage window:   {window.get('window')} at {window.get('utilization')} %{resets}")
     sup = status.get("supervisor") or {}
     lines.append("Supervisor:     " + (f"running (pid {sup.get('pid')})" if sup.get("running") else "not running"))
     child = status.get("child")

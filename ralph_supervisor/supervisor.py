@@ -81,6 +81,7 @@ from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.limit_wait import LimitWait, Wait
+from ralph_supervisor.loop_waits import LoopWaits
 from ralph_supervisor.logging import colors_on, configure_logging, for_people
 from ralph_supervisor.memory import release_free_memory, tune_allocator
 from ralph_supervisor.notify import (
@@ -96,6 +97,8 @@ from ralph_supervisor.process.orphans import (
     record_path,
     sweep_orphans,
 )
+from ralph_supervisor.process.cgroup import Limits, LoopCgroup
+from ralph_supervisor.process.cgroup import sweep as sweep_cgroup
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import loop_stdin, spawn
 from ralph_supervisor.process.tree import ProcessTree, member_of, walk
@@ -157,7 +160,8 @@ class ChildInfo:
 class Supervisor:
     """Builds the parts, routes their events, applies decisions, shuts down. Lives on one event loop."""
 
-    def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None) -> None:
+    def __init__(self, settings: Settings, terminal: Terminal | None = None, run_dir: Path | None = None,
+                 cgroup: tuple[LoopCgroup | None, str | None] | None = None) -> None:
         self.settings = settings
         self.guard: StateGuard | None = None
         self._escalation_text: str | None = None
@@ -178,6 +182,7 @@ class Supervisor:
         self._started_wall = time.time()
         self._last_tree_size = 0
         self._last_textfile = 0.0
+        self._oom_kills = 0
         self._wake = asyncio.Event()
 
         # the records and the humans
@@ -211,6 +216,13 @@ class Supervisor:
         if self.verify is not None:
             self.keeper.on_snapshot = self.verify.snapshot_taken
         self.tree = ProcessTree(os.getpid(), self.reaper)  # helper processes (hooks, git) are never its members
+        self.cgroup, no_cgroup = cgroup if cgroup is not None else LoopCgroup.create(self.state_dir)
+        """The loop's own cgroup (process/cgroup.py): its figures, and a kill at the end of a stop; None where
+        none can be made (the signals then do the work alone)."""
+        (log.info("cgroup_made", path=str(self.cgroup.path)) if self.cgroup is not None
+         else log.info("cgroup_unavailable", reason=no_cgroup, fallback="the tree is paused and stopped by signals"))
+        if self.cgroup is not None:
+            self.metrics.follow_cgroup(self.cgroup.figures)
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
@@ -232,6 +244,8 @@ class Supervisor:
         self.limits = LimitWait(settings.limit_wait_margin)
         self.limit_until: float | None = None
         """While the tree is frozen for a usage limit: until when (epoch seconds)."""
+        self.waits = LoopWaits(settings, self.warnings, lambda: self.metrics, self.notifier)
+        """The usage ceiling and API outages (loop_waits.py): when they call for a freeze of the tree."""
         self.countdown = countdown_for(settings, self.terminal)
         """The time left of every wait, on the terminal (countdown.py); says nothing without a person to read it."""
         self.workspace = Workspace(settings.workspace, state_dir=self.state_dir, ignore=settings.ignore,
@@ -245,6 +259,7 @@ class Supervisor:
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
+        self.actions.hold = self.cgroup.hold if self.cgroup is not None else None  # an atomic pause
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
         boxed = settings.sandbox == "bwrap"
         self._child_env = (self.calls.prepare(run_dir, self._child_environment(), owner_pid=1 if boxed else None)
@@ -324,6 +339,7 @@ class Supervisor:
             self.countdown.close()
         if self.tree.scan():
             await self.actions.stop("supervisor_exit", self.tracker.number)
+        self._kill_cgroup("supervisor_exit")
         wait_s = 0.0 if self.hurry else SHUTDOWN_WAIT_SECONDS
         try:  # the call a stop cut short is still reported
             await asyncio.wait_for(self.calls.finish_current(), max(0.01, wait_s))
@@ -357,6 +373,11 @@ class Supervisor:
         self.notifier.close(0.0 if self.hurry else 2.0)
         await asyncio.to_thread(self.metrics.close)  # after a final stop it waits for one more scrape
         self.sd.stopping()
+        figures = self.cgroup.figures() if self.cgroup is not None else None
+        if figures is not None:  # what the loop used in all, for the report
+            log.info("cgroup_figures", **figures.to_dict())
+        if self.cgroup is not None and not self.cgroup.remove(self.state_dir):
+            log.warning("cgroup_left", path=str(self.cgroup.path), hint="swept at the next start")
         self.child_log.close()
         self.records.close()
         if self.guard is not None:
@@ -405,7 +426,8 @@ class Supervisor:
             argv, env = self.box.wrap(argv), self.box.env
         began = time.time()  # before the fork: a first call of milliseconds may be over before spawn returns
         try:
-            popen = spawn(argv, settings.workspace, env, loop_stdin())
+            popen = spawn(argv, settings.workspace, env, loop_stdin(),
+                          enter=self.cgroup.enter if self.cgroup is not None else None)
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -480,8 +502,17 @@ class Supervisor:
     async def _stop_tree(self, why: str) -> None:
         """Stop the whole tree (see `TreeActions.stop`) and collect the child's exit."""
         await self.actions.stop(why, self.tracker.number)
+        self._kill_cgroup(why)
         if self.child is not None and self.reaper.exit_code(self.child.pid) is not None:
             self.child = None
+
+    def _kill_cgroup(self, why: str) -> None:
+        """A stop ends with `cgroup.kill`: whatever the signals missed, however it left the tree."""
+        if self.cgroup is not None:
+            left = self.cgroup.kill()
+            if left:
+                log.warning("cgroup_killed", processes=left, reason=why, path=str(self.cgroup.path))
+                self._on_sigchld()
 
     # ------------------------------------------------------------------ decisions
 
@@ -607,6 +638,9 @@ class Supervisor:
                                detail="a usage limit: --limit-wait off leaves the wait to the loop (counted toward no rule)")
         elif wait is not None:
             await self._begin_limit_wait(wait, report.number)
+        wait = self.waits.call_ended(report, now)  # the usage ceiling, an outage
+        if wait is not None and self.limit_until is None:
+            await self._begin_limit_wait(wait, report.number)
 
     def _say_what_cannot_be_judged(self, report: IterationReport) -> None:
         """A budget on something the call's agent does not report is said once, never guessed."""
@@ -630,13 +664,15 @@ class Supervisor:
                 return
             await self.actions.pause(iteration)
             self.limit_until = wait.until
+            self.waits.kind = wait.kind
             self._save()
             log.info(events.LIMIT_WAIT_STARTED, until=store.iso_utc(wait.until), known_reset=wait.known_reset,
-                     reason=wait.reason, iteration=iteration)
+                     reason=wait.reason, iteration=iteration, kind=wait.kind)
             self.metrics.limit_wait(wait.until)
             self.sd.status(self._sd_status())
             self.notifier.send(notice_for_limit_wait(until=store.iso_utc(wait.until), reason=wait.reason,
-                                                     workspace=str(self.settings.workspace), iteration=iteration))
+                                                     workspace=str(self.settings.workspace), iteration=iteration,
+                                                     kind=wait.kind))
 
     async def _end_limit_wait(self, why: str) -> None:
         """Thaw the tree frozen for a usage limit (its time is up, or `resume`). Call with the lock held."""
@@ -686,11 +722,14 @@ class Supervisor:
         """The `status --json` answer (`status_json.reply`), plus the live extras the `watch` view shows."""
         members = self.tree.sample()
         child = self.child
+        figures = self.cgroup.figures() if self.cgroup is not None else None
         data = status_json.reply(
             self.breaker, limit_until=self.limit_until, supervisor_pid=os.getpid(),
             child=None if child is None else {"pid": child.pid, "running": True, "paused": self.actions.paused,
                                               "processes": len(members)},
-            snapshots=self.keeper.status(), verify=self.verify.status() if self.verify is not None else None)
+            snapshots=self.keeper.status(), verify=self.verify.status() if self.verify is not None else None,
+            waits=self.waits.status(time.time(), frozen=self.limit_until is not None),
+            cgroup=None if figures is None else {"path": str(self.cgroup.path), **figures.to_dict()})
         call = self.tracker.current
         if call is not None:
             data["current"] = {"iteration": call.number, "started_at": store.iso_utc(call.started_wall),
@@ -719,6 +758,8 @@ class Supervisor:
             if result.starts and not self._exiting():
                 self.calls.marker_boundary(time.time())
             self.tracker.add_output(result, time.time())
+        if result.text is not None:
+            self.waits.output(result.text, self.tracker.number, time.time())  # the agent's own retry reports
         self.metrics.add_output_bytes(result.nbytes)
 
     def _tailed(self, source: str, data: bytes) -> None:
@@ -807,10 +848,17 @@ class Supervisor:
             async with self.actions.lock:
                 await self._end_limit_wait("the limit has reset")
         if self.countdown is not None:
-            self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now), now)
-        silent_since = self._silent_since(stats, now)
+            self.countdown.update(waits_now(limit_until=self.limit_until, breaker=self.breaker, now=now,
+                                            limit_kind=self.waits.kind), now)
+        due = self.waits.due(now) if self.limit_until is None and not self.actions.paused and not stopping else None
+        if isinstance(due, Wait):
+            await self._begin_limit_wait(due, self.tracker.number)
+        elif due is not None and not self._exiting():
+            await self.apply(self.breaker.verdict_open("outage", due.reason, now))
+        in_retries = self.waits.outage.on and self.tracker.current is not None  # an agent waiting for its API
+        silent_since = None if in_retries else self._silent_since(stats, now)
         waiting = None
-        if silent_since is None and self.child is not None and not self.actions.paused and not stopping:
+        if silent_since is None and not in_retries and self.child is not None and not self.actions.paused and not stopping:
             waiting = self.calls.waiting_since()  # no call runs: since when the loop has not reached its agent
         if waiting is not None:
             decision = self.breaker.tick(now, silent_since=waiting, waiting_for_call=True,
@@ -853,6 +901,7 @@ class Supervisor:
     def _call_started(self, call: CallEvidence, now: float) -> None:
         """A call began: its silence counts from here; the breaker learns of it (the trial, the caps)."""
         self.keeper.iteration_started(call.number)
+        self._oom_kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
         self.silence.restart(now)
         log.info(events.ITERATION_STARTED, iteration=call.number, pid=call.pid, name=call.name or None)
         self.metrics.iteration_started(now=now)
@@ -878,13 +927,28 @@ class Supervisor:
         if call.text:
             agent = read_call(call.output_text(), name=call.name, argv=call.argv, agent=self.settings.agent, now=ended)
             call.error_lines.extend(line for line in agent.error_lines if line not in call.error_lines)
+            agent = self.waits.read_usage(call.number, agent, ended)  # Codex: from its session file
             for key, event, fields in output_warnings(agent):
                 self.warnings.once(key, event_name=event, iteration=call.number, **fields)
         returned_to = self.returns.record(call.number, delta.fingerprint)
-        return build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
+        report = build_report(call, ended_at=ended, files_changed=delta.files_changed, changed_paths=delta.paths,
                             commits=delta.commits, agent=agent, signatures=error_set(call.error_lines),
                             returned_to=returned_to, exit_status=exit_status, killed_by=killed_by,
                             timed_out=timed_out)
+        return self._oom_hit(report)
+
+    def _oom_hit(self, report: IterationReport) -> IterationReport:
+        """An OOM kill inside the loop's cgroup during the call: an event, and the call failed for that reason."""
+        kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
+        if kills <= self._oom_kills:
+            return report
+        killed, self._oom_kills = kills - self._oom_kills, kills
+        said = (f"Error: killed by the OOM killer ({killed} process{'es' if killed > 1 else ''}): the loop's cgroup "
+                f"reached --memory-max {self.settings.memory_max or '(its bound)'} bytes")
+        log.warning("cgroup_oom", iteration=report.number, kills=killed, memory_max=self.settings.memory_max)
+        return dataclasses.replace(report, failed=True, outage=False, usage_limited=False, reply=None,
+                                   error_lines=(said, *report.error_lines)[:20],
+                                   error_signatures=report.error_signatures | error_set([said]))
 
     # ------------------------------------------------------------------ small things
 
@@ -956,7 +1020,8 @@ def write_report_at_exit(state_dir: Path) -> None:
         log.warning(events.REPORT_UNWRITABLE, error=problem)
 
 
-async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]:
+async def _supervise(settings: Settings, terminal: Terminal,
+                     cgroup: tuple[LoopCgroup | None, str | None] | None = None) -> tuple[int, bool]:
     """Supervise; the exit code, and whether a second signal asked to leave at once."""
     try:
         run_dir: RunFolder | None = RunFolder.create()
@@ -964,7 +1029,7 @@ async def _supervise(settings: Settings, terminal: Terminal) -> tuple[int, bool]
         log.warning(events.SHIMS_UNAVAILABLE, error=str(exc), fallback="agent calls are sampled from the tree")
         run_dir = None
     try:
-        supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None)
+        supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None, cgroup)
         code = await supervisor.run()
     finally:
         if run_dir is not None:
@@ -1035,7 +1100,17 @@ def run_supervisor(settings: Settings) -> int:
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
         (log.warning if swept else log.info)(events.ORPHANS_SWEPT, count=swept)
-        code, hurried = asyncio.run(_supervise(settings, terminal))
+        left = sweep_cgroup(settings.state_dir)  # the loop's cgroup a crashed supervisor left
+        if left is not None:
+            log.warning("cgroup_swept", path=left)
+        limits = Limits(settings.memory_max, settings.cpu_max, settings.tasks_max)
+        cgroup = LoopCgroup.create(settings.state_dir, limits)
+        if cgroup[0] is None and limits.any:  # never unbounded when a bound was asked for
+            print(f"ralph-supervise: {cgroup[1]}", file=sys.stderr)
+            log.error("cgroup_unavailable", reason=cgroup[1])
+            code = 1
+        else:
+            code, hurried = asyncio.run(_supervise(settings, terminal, cgroup))
     except Exception as exc:  # noqa: BLE001 - one clear line, exit 1
         log.exception("supervisor_failed", error=str(exc))
         print(f"ralph-supervise: internal error: {exc}", file=sys.stderr)

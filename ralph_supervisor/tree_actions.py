@@ -76,6 +76,8 @@ class TreeActions:
         self._extend_timeout = extend_timeout
         self._terminal = terminal
         """Told of every pause, resume and stop: it puts the terminal back as it found it (terminal.py)."""
+        self.hold: Callable[[bool], bool] | None = None
+        """Freezes the loop's cgroup around a pause's signals, where there is one (`process/cgroup.py`)."""
 
     async def pause(self, iteration: int) -> int:
         """SIGSTOP every process (parents first, until no newcomer shows up); the number frozen. No agent
@@ -83,7 +85,7 @@ class TreeActions:
         if self.calls is not None:
             self.calls.hold("freeze", self.tree.sample())
         started = time.monotonic()
-        count = await asyncio.to_thread(self.tree.pause)
+        count = await asyncio.to_thread(self.tree.pause, self.hold)
         if self.calls is not None:
             self.calls.hold("freeze", self.tree.sample())  # whatever started while the pause went round
             await _on_container(self.calls.running_container(), "pause")  # the agent outside our tree

@@ -21,6 +21,7 @@ PRECEDENCE: tuple[str, ...] = (
     "no-progress",
     "output-decline",
     "stall",
+    "outage",
     "token-budget",
     "cost-budget",
     "daily-budget",
@@ -41,8 +42,9 @@ TRIGGERS: tuple[str, ...] = (*PRECEDENCE, MANUAL)
 CAPS: frozenset[str] = frozenset({"token-budget", "cost-budget", "daily-budget", "daily-cost-budget", "max-iterations"})
 """Limits the user set: judged on every observed iteration, even a neutral one."""
 
-FINAL: frozenset[str] = frozenset({"blocked", *CAPS})
-"""Triggers that stop the run at once, whatever `--on-open` says: waiting cannot clear them."""
+FINAL: frozenset[str] = frozenset({"blocked", "outage", *CAPS})
+"""Triggers that stop the run at once, whatever `--on-open` says: waiting cannot clear them (`outage`: the
+API stayed out of reach through three back-offs after `--outage-max`)."""
 
 HUMAN_ONLY: frozenset[str] = frozenset({"destructive", "tampering"})
 """Triggers whose open never ends by a cooldown: the tree waits for a human (like `manual`), but they count."""

@@ -319,9 +319,25 @@ def _header(snap: Frame, now: float) -> Panel:
     if left is not None:
         breaker.append(f"  half-open in {duration(left)}", style="yellow")
     if view.get("limit_until"):
-        breaker.append(f"  LIMIT until {clock(view.get('limit_until'))}: the tree waits for a usage limit",
+        waits_for = {"ceiling": "the usage ceiling", "outage": "an API outage's back-off"}.get(
+            as_text(view.get("wait_kind"), 20), "a usage limit")
+        breaker.append(f"  LIMIT until {clock(view.get('limit_until'))}: the tree waits for {waits_for}",
+                       style="bold blue")
+    if view.get("outage_since"):
+        breaker.append(f"  OUTAGE since {clock(view.get('outage_since'))}: "
+                       f"{as_text(view.get('outage_message'), 120) or 'the agent cannot reach its API'}",
                        style="bold blue")
     grid.add_row("breaker", breaker)
+    cgroup = view.get("cgroup")
+    if isinstance(cgroup, dict):
+        memory = as_int(cgroup.get("memory_bytes")) if cgroup.get("memory_bytes") is not None else None
+        grid.add_row("cgroup", Text(f"{as_int(cgroup.get('tasks'))} processes, {cgroup.get('cpu_s')} CPU s"
+                                    + (f", {memory / 2**20:.0f} MiB" if memory is not None else ""), style="dim"))
+    usage = [w for w in view.get("usage") or [] if isinstance(w, dict)]
+    if usage:
+        grid.add_row("usage", Text(", ".join(f"{as_text(w.get('window'), 40)} {w.get('utilization')} %"
+                                             + (f" (resets {clock(w.get('resets_at'))})" if w.get("resets_at") else "")
+                                             for w in usage[:4]), style="yellow"))
     reason = as_text(view.get("reason"), 300)
     if reason:
         grid.add_row("reason", Text(reason))

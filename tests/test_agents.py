@@ -72,7 +72,6 @@ def test_an_error_inside_the_reply_is_ordinary_work_and_the_filter_finds_it(agen
 
 
 FAILED = [  # (agent, fixture, an error line the adapter adds for the filter, or None)
-    ("codex", "failed.jsonl", "stream disconnected before completion"),
     ("codex", "interrupted.jsonl", None),  # no turn.completed: cut off
     ("gemini", "failed.jsonl", "Reached max session turns"),
     ("gemini", "failed_json.log", "Reached max session turns"),  # the pretty-printed error object on stderr
@@ -91,6 +90,15 @@ def test_a_failed_call_is_no_reply_and_says_why(agent: str, name: str, error: st
     assert out.message
     if error is not None:
         assert any(line.startswith(error) or error in line for line in out.error_lines), out.error_lines
+
+
+def test_a_call_that_ends_in_its_api_retries_is_an_outage_not_a_failure() -> None:
+    """Codex lost its stream and gave up after its reconnects: the API was out of reach, not the agent's fault
+    (`outage.py`): neutral, no reply, the error still there for the filter."""
+    out = read("codex", "failed.jsonl")
+    assert out.outage and not out.failed and out.reply is None and not out.usage_limited and not out.blocked
+    assert "stream disconnected before completion" in out.outage_message
+    assert any("stream disconnected before completion" in line for line in out.error_lines), out.error_lines
 
 
 LIMITS = [  # (agent, fixture, seconds from NOW to the reset, or None when the output says no time)

@@ -49,6 +49,21 @@ def test_the_waits_that_are_on_a_limit_and_a_cooldown() -> None:
     assert waits_now(limit_until=None, breaker=manual, now=NOW) == []  # a pause by hand ends by no countdown
 
 
+def test_a_ceiling_freeze_and_an_outage_back_off_count_down_under_their_own_words() -> None:
+    breaker = Breaker(Thresholds())
+    (ceiling,) = waits_now(limit_until=NOW + 600, breaker=breaker, now=NOW, limit_kind="ceiling")
+    assert (ceiling.kind, ceiling.label, ceiling.until) == ("ceiling", "CEILING wait", NOW + 600)
+    (outage,) = waits_now(limit_until=NOW + 300, breaker=breaker, now=NOW, limit_kind="outage")
+    assert (outage.kind, outage.label) == ("outage", "OUTAGE wait")
+    today = time.time()  # (a day's name before the time, for a wait that ends on another day, may cut the hint)
+    for kind in ("ceiling", "outage"):  # the whole line fits 100 columns, bar and hint included
+        (wait,) = waits_now(limit_until=today + 300, breaker=breaker, now=today, limit_kind=kind)
+        assert "…" not in text(wait, today + 60, width=100)
+    assert text(outage, NOW + 60, width=100, with_bar=False).startswith("⧗ OUTAGE wait: 0:04:00 left")
+    (unknown,) = waits_now(limit_until=NOW + 300, breaker=breaker, now=NOW, limit_kind="something else")
+    assert unknown.label == "LIMIT wait"
+
+
 def test_without_a_terminal_a_plain_line_every_so_often_and_none_once_the_wait_is_over() -> None:
     said: list[str] = []
     clock = Countdown(status=None, line=said.append, every_s=60)

@@ -291,3 +291,36 @@ def test_the_heartbeat_is_the_time_of_the_scrape_or_the_write(metrics: Metrics, 
     metrics.write_textfile(tmp_path / "ralph.prom")
     beat = value((tmp_path / "ralph.prom").read_text(), "ralph_supervise_heartbeat_timestamp_seconds")
     assert before <= beat <= time.time()
+
+
+def test_an_outage_and_the_usage_windows_carry_the_loops_labels(metrics: Metrics, tmp_path: Path):
+    path = tmp_path / "ralph.prom"
+    metrics.write_textfile(path)
+    assert value(path.read_text(), "ralph_supervise_outage_since_timestamp_seconds") == 0  # present from the start
+    metrics.outage(1_790_000_000.0)
+    metrics.usage_window("five_hour", 93.0)
+    metrics.usage_window("seven_day", 41.5)
+    metrics.write_textfile(path)
+    text = path.read_text()
+    assert value(text, "ralph_supervise_outage_since_timestamp_seconds") == 1_790_000_000.0
+    assert value(text, "ralph_supervise_usage_window_percent", window="five_hour") == 93.0
+    assert value(text, "ralph_supervise_usage_window_percent", window="seven_day") == 41.5
+    metrics.outage(None)
+    metrics.write_textfile(path)
+    assert value(path.read_text(), "ralph_supervise_outage_since_timestamp_seconds") == 0
+
+
+def test_the_loops_cgroup_figures_are_read_at_each_exposition(metrics: Metrics, tmp_path: Path):
+    from ralph_supervisor.process.cgroup import Figures
+
+    now: list[Figures | None] = [Figures(12.5, 64 * 2**20, None, 7)]
+    metrics.follow_cgroup(lambda: now[0])
+    path = tmp_path / "ralph.prom"
+    metrics.write_textfile(path)
+    text = path.read_text()
+    assert value(text, "ralph_supervise_cgroup_cpu_seconds") == 12.5
+    assert value(text, "ralph_supervise_cgroup_memory_bytes") == 64 * 2**20
+    assert value(text, "ralph_supervise_cgroup_tasks") == 7
+    now[0] = None  # the cgroup is gone: zeros, never a failed scrape
+    metrics.write_textfile(path)
+    assert value(path.read_text(), "ralph_supervise_cgroup_tasks") == 0

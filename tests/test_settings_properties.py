@@ -187,11 +187,11 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return same(st.integers(1, 2**40))
         case "max_iterations" | "token_budget" | "daily_token_budget":
             return same(st.integers(0, 2**40))
-        case "output_decline":
+        case "output_decline" | "usage_ceiling":
             return st.floats(0, 100).map(lambda v: (v, v))
         case "paraphrase":
             return st.floats(0, 1).map(lambda v: (v, v))
-        case "stall" | "cooldown" | "hook_timeout" | "countdown_every":
+        case "stall" | "cooldown" | "hook_timeout" | "countdown_every" | "outage_max":
             return st.floats(1e-6, 1e9).map(lambda v: (v, v)) | st.integers(1, 10**6).map(lambda v: (v, float(v)))
         case "grace":
             return st.floats(0, 1e6).map(lambda v: (v, v))
@@ -226,7 +226,7 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.text(NO_SURROGATES, max_size=20).map(lambda v: (v, v.strip() or None))
         case "notify_webhook":
             return st.sampled_from(["https://hooks.example/x", "http://127.0.0.1:9/y", ""]).map(lambda v: (v, v or None))
-        case "notify_desktop":
+        case "notify_desktop" | "no_overage":
             return same(st.booleans())
         case "metrics_port":
             return same(st.integers(0, 65535))
@@ -238,6 +238,12 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
             return st.floats(0, 1e6).map(lambda v: (v, v)) | st.integers(0, 10**6).map(lambda v: (v, float(v)))
         case "destructive_files":
             return same(st.integers(0, 2**40))
+        case "tasks_max":
+            return same(st.integers(1, 2**20))
+        case "cpu_max":
+            return st.floats(1e-3, 1e4).map(lambda v: (v, v))
+        case "memory_max":
+            return same(st.integers(2**20, 2**40))
         case "destructive_share":
             return st.floats(0, 100).map(lambda v: (v, v))
         case "snapshot_budget" | "snapshot_max_file":

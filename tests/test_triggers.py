@@ -18,6 +18,7 @@ def test_precedence_follows_the_documented_order() -> None:
         "no-progress",
         "output-decline",
         "stall",
+        "outage",
         "token-budget",
         "cost-budget",
         "daily-budget",
@@ -28,6 +29,6 @@ def test_precedence_follows_the_documented_order() -> None:
 
 
 def test_caps_and_blocked_are_final_and_the_first_by_precedence_wins() -> None:
-    assert FINAL == CAPS | {"blocked"}
+    assert FINAL == CAPS | {"blocked", "outage"}
     assert sorted(["max-iterations", "no-progress", "same-error"], key=rank)[0] == "same-error"
     assert rank("not-a-trigger") == len(PRECEDENCE)

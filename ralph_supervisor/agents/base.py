@@ -26,6 +26,8 @@ from datetime import tzinfo
 from typing import Any, ClassVar, Literal
 
 from ralph_supervisor.agents.limits import reset_time
+from ralph_supervisor.agents.outages import API_UNREACHABLE
+from ralph_supervisor.agents.usage import UsageReport
 from ralph_supervisor.evidence.errors import MAX_ERROR_LINE, error_lines, is_error_line
 from ralph_supervisor.agents.recognize import ANY, PromptMode, name_matches, stem
 from ralph_supervisor.text import clip as clip_text
@@ -362,6 +364,13 @@ class AgentOutput:
     """Lines that looked like JSON but did not decode (cut off, binary): skipped, counted."""
     unknown_events: int = 0
     """JSON events of a type this agent's format does not have (another format, a newer CLI): skipped, counted."""
+    outage: bool = False
+    """The agent said it cannot reach its API (its own retry reports or error events) and the call did not
+    succeed: neutral, like a usage limit (`outage.py`)."""
+    outage_message: str = ""
+    """The last thing it said about that (`api_retry 3/10: unknown`, `Reconnecting... waiting for network`)."""
+    usage: UsageReport = field(default_factory=UsageReport)
+    """Its usage windows, as it reported them (`agents/usage.py`); empty when it said nothing."""
 
 
 @dataclass
@@ -396,6 +405,13 @@ class Findings:
     fallback_message: str = ""
     malformed: int = 0
     unknown: int = 0
+    outage_text: str = ""
+    """The agent's last report that its API is out of reach (the last one is kept)."""
+    usage: UsageReport = field(default_factory=UsageReport)
+
+    def unreachable(self, text: str) -> None:
+        """The agent said it cannot reach its API (a retry report, an error event saying so)."""
+        self.outage_text = text or "the API is unreachable"
 
     def limit(self, text: str, resets_at: float | None = None) -> None:
         """Evidence of a usage limit (the first text is kept; a reset time is taken wherever it comes)."""
@@ -422,11 +438,16 @@ class Findings:
         self.classified(*classify_text(text), text)
 
     def agent_error(self, text: str) -> None:
-        """An error the agent reported in its own event: an error line for the filter, and an error position."""
+        """An error the agent reported in its own event: an error line for the filter, and an error position;
+        one that says its API is out of reach is an outage (never a tool's error: those are error positions
+        only, so a test's `fetch failed` inside a tool call is not)."""
         line = first_line(text)
         if line and len(self.error_lines) < MAX_AGENT_ERROR_LINES and line not in self.error_lines:
             self.error_lines.append(clip_text(line, MAX_ERROR_LINE, ellipsis=""))
-        self.error_position(text)
+        cls, reason = classify_text(text)
+        self.classified(cls, reason, text)
+        if cls is None and API_UNREACHABLE.search(text[:MESSAGE_CHARS * 4]):
+            self.unreachable(line)
 
     def reply_errors(self, text: str) -> None:
         """The error filter over a reply the agent printed in pieces (deltas): the output's lines hold only
@@ -458,7 +479,8 @@ class Findings:
         succeeded = self.succeeded and not timed_out
         blocked = bool(self.blocked_reason) and not succeeded
         usage_limited = bool(self.limit_text) and not succeeded and not blocked
-        failed = (not succeeded or blocked) and not usage_limited
+        outage = bool(self.outage_text) and not succeeded and not blocked and not usage_limited
+        failed = (not succeeded or blocked) and not usage_limited and not outage
         resets_at = None
         if usage_limited:
             resets_at = self.limit_resets_at
@@ -467,11 +489,13 @@ class Findings:
                     break
                 resets_at = reset_time(text, self.now, self.tz)
         status = parse_status_block(self.result_text)
-        reply = None if (failed or usage_limited or blocked) else strip_status_block(self.result_text)
+        reply = None if (failed or usage_limited or blocked or outage) else strip_status_block(self.result_text)
         if blocked:
             message = self.blocked_text
         elif usage_limited:
             message = self.limit_text
+        elif outage:
+            message = self.outage_text
         elif self.mode == "text":
             message = self.fallback_message
         else:
@@ -499,6 +523,9 @@ class Findings:
             timed_out=timed_out,
             malformed_lines=self.malformed,
             unknown_events=self.unknown,
+            outage=outage,
+            outage_message=clip(self.outage_text) if outage else "",
+            usage=self.usage,
         )
 
 

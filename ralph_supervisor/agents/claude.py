@@ -28,12 +28,15 @@ from ralph_supervisor.agents.base import (
     count,
     dollars,
     event_type,
+    first_line,
     is_error_shaped,
     is_short_message,
     text_of,
 )
 from ralph_supervisor.agents.recognize import PromptMode
 from ralph_supervisor.agents.limits import reset_from_event
+from ralph_supervisor.agents.outages import API_UNREACHABLE, retry_message
+from ralph_supervisor.agents.usage import claude_windows
 
 STREAM_TYPES = frozenset({"assistant", "user", "system", "stream_event", "rate_limit_event", "conversation_reset"})
 
@@ -183,6 +186,15 @@ class Claude(Adapter):
                 findings.limit(said, reset_from_event(event, findings.now))
             else:
                 findings.classified(cls, reason, said)
+            if cls is None:
+                retry = retry_message(event)
+                if retry is not None:
+                    findings.unreachable(retry)
+                elif event["type"] == "result" and event.get("is_error") is True \
+                        and API_UNREACHABLE.search(text_of(event.get("result"))[:2000]):
+                    findings.unreachable(first_line(text_of(event.get("result"))))  # "API Error: Connection error."
+        if output.kinds["rate_limit_event"]:
+            findings.usage = claude_windows(events, findings.now)
         findings.plain_lines(output.plain)
         result_is_limit_message = result is not None and classify_event(result)[0] is not None
         findings.succeeded = (result is not None and findings.is_error is not True and not error_subtype

@@ -22,7 +22,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ralph_supervisor.agents.base import Adapter, Findings, Output, count, text_of
+from ralph_supervisor.agents.outages import retry_message
 from ralph_supervisor.agents.recognize import PromptMode
+from ralph_supervisor.agents.usage import codex_windows
 
 TURN_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed"})
 ITEM_EVENTS = frozenset({"item.started", "item.updated", "item.completed", "item.plan.delta"})
@@ -71,6 +73,9 @@ class Codex(Adapter):
             elif kind == "error":  # also the retries it survives ("Reconnecting... 1/5"): an error position only
                 last_error = _message(event)
                 findings.error_position(last_error)
+                retry = retry_message(event)
+                if retry is not None:
+                    findings.unreachable(retry)
             elif kind == "item.completed":
                 item = event.get("item")
                 if isinstance(item, dict) and item.get("type") == "agent_message":
@@ -78,6 +83,7 @@ class Codex(Adapter):
         if not completed and not failed_turn and last_error:
             findings.agent_error(last_error)  # the stream ended on it: it is why the call failed
         findings.plain_lines(output.plain)
+        findings.usage = codex_windows(output.events, findings.now)  # where its JSON carries them
         findings.succeeded = completed
         findings.has_result = completed
         findings.result_text = last_message

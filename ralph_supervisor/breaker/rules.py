@@ -79,8 +79,9 @@ def seconds(value: float) -> str:
 
 
 def is_neutral(report: IterationReport) -> bool:
-    """Usage-limited calls and iterations cut short by the supervisor itself count toward no rule."""
-    return report.usage_limited or report.cut_short
+    """Usage-limited calls, calls that could not reach the agent's API (an outage) and iterations cut short by
+    the supervisor itself count toward no rule."""
+    return report.usage_limited or report.outage or report.cut_short
 
 
 def progress_detail(report: IterationReport) -> str:

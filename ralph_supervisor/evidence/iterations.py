@@ -347,7 +347,8 @@ def build_report(
     if exit_status not in (None, 0) and call.output_bytes == 0:
         failed = True  # it said nothing and exited non-zero: no result, whatever its format
     usage_limited = bool(getattr(agent, "usage_limited", False))
-    if usage_limited:
+    outage = bool(getattr(agent, "outage", False)) and not usage_limited
+    if usage_limited or outage:
         failed = False
     status = dict(getattr(agent, "status", {}) or {})
     tokens = getattr(agent, "tokens", 0)
@@ -379,5 +380,7 @@ def build_report(
         status=status,
         session_id=str(getattr(agent, "session_id", "") or ""),
         cut_short=call.cut_short,
-        states_blocker=not failed and states_blocker(reply, status),
+        states_blocker=not failed and not outage and states_blocker(reply, status),
+        outage=outage,
+        outage_message=str(getattr(agent, "outage_message", "") or "") if outage else "",
     )

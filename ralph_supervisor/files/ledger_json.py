@@ -54,6 +54,8 @@ def outcome_of(report: IterationReport) -> str:
     """The ledger's outcome: success (progress), failure (a failed call or an error), noop (neither)."""
     if report.progress:
         return "success"
+    if report.outage:
+        return "noop"  # the API was out of reach: not the agent's failure (counted toward no rule)
     if report.failed or report.blocked or report.error_signatures:
         return "failure"
     return "noop"
@@ -63,6 +65,8 @@ def action_summary(report: IterationReport) -> str:
     """A short summary of what the agent said it did (its reply's first line, or what happened)."""
     if report.usage_limited:
         return "usage limit reached"
+    if report.outage:
+        return f"API unreachable: {report.outage_message}"[:200]
     if report.blocked:
         return f"blocked: {report.blocked_reason}"[:200]
     if report.reply:

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -44,9 +45,10 @@ def loop_stdin() -> int:
 
 
 def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
-          stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+          stdin: int = subprocess.DEVNULL, enter: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
     """Start argv in cwd as a new session leader, stdout and stderr on two pipes, dying with us
-    (`stdin`: a file descriptor, or subprocess.DEVNULL).
+    (`stdin`: a file descriptor, or subprocess.DEVNULL; `enter`: run in the child before exec, plain system
+    calls only: the loop's cgroup, `process/cgroup.py`).
 
     FileNotFoundError / PermissionError / NotADirectoryError from exec propagate unchanged.
     The Reaper, not Popen.wait(), collects the exit status (see Reaper.adopt).
@@ -64,6 +66,8 @@ def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
         if os.getppid() != parent_pid:
             # The supervisor died before prctl took effect: the signal will never come.
             os._exit(ORPHANED_EXIT)
+        if enter is not None:
+            enter()
 
     return subprocess.Popen(  # noqa: S603 - running the user's command is the point
         argv,

@@ -251,22 +251,31 @@ class ProcessTree:
             signalled=len(signalled),
         )
 
-    def pause(self) -> int:
+    def pause(self, hold: Callable[[bool], bool] | None = None) -> int:
         """SIGSTOP every member, parents first, re-scanning until no newcomer shows up; return the
         number stopped. Returns once they all report stopped (bounded: a process in uninterruptible
         sleep stops only when it leaves it).
 
+        `hold(True)` freezes the loop's cgroup around the signals (`process/cgroup.py`): nothing forks
+        while they go round, and at `hold(False)` every process meets its pending SIGSTOP before it can run
+        a single instruction more, so a pause is atomic and "paused" still means state T everywhere.
+
         Clocks keep running while paused: GNU `timeout` around an agent call counts the pause, so a
         pause longer than the call's timeout ends that call right after resume()."""
         stopped: dict[tuple[int, int], ProcStat] = {}
-        with self._helpers.lock:  # no helper may start between a scan and its SIGSTOPs (helpers.py)
-            for _ in range(50):
-                fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
-                if not fresh:
-                    break
-                for stat in fresh:
-                    if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
-                        stopped[(stat.pid, stat.start_ticks)] = stat
+        held = hold(True) if hold is not None else False
+        try:
+            with self._helpers.lock:  # no helper may start between a scan and its SIGSTOPs (helpers.py)
+                for _ in range(50):
+                    fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
+                    if not fresh:
+                        break
+                    for stat in fresh:
+                        if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
+                            stopped[(stat.pid, stat.start_ticks)] = stat
+        finally:
+            if held and hold is not None:
+                hold(False)
         self._paused = True
         _await_stopped(list(stopped.values()), timeout=0.5)
         return len(stopped)

@@ -29,7 +29,7 @@ from ralph_supervisor.report.sources import GitFacts, Records
 from ralph_supervisor.residual import states_blocker
 from ralph_supervisor.signature import error_signature
 from ralph_supervisor.similarity import jaccard, word_set
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
+from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, duration, parse_time
 
 BLOCKER_SIMILARITY = 0.5
 """Two blocker statements whose word sets overlap this much (Jaccard) are one blocker restated."""
@@ -65,6 +65,8 @@ class IterationRow:
     blocked_reason: str = ""
     cut_short: bool = False
     completed: bool = False
+    outage: bool = False
+    """The call could not reach the agent's API (neutral, like a usage limit)."""
     trial: bool = False
     """It ran while the breaker was HALF_OPEN: the trial."""
     tripped: str = ""
@@ -87,7 +89,7 @@ class IterationRow:
         if self.label in ("running", "unfinished") or not self.label:
             return self.label or self.outcome
         mark = outcome_of(progress=self.progress, failed=self.failed, usage_limited=self.usage_limited,
-                          blocked=self.blocked, cut_short=self.cut_short).mark
+                          blocked=self.blocked, cut_short=self.cut_short, outage=self.outage).mark
         return f"{mark} {self.label}"
 
 
@@ -218,6 +220,9 @@ class Account:
     escalation: str | None
     report_html: str
     warnings: tuple[str, ...]
+    waits: tuple[str, ...] = ()
+    """The waits the loop cannot avoid, in words: an API outage in progress, outages past, usage windows at
+    75 % or more (`wait_lines`)."""
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -399,6 +404,7 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
         blocked_reason=blocked_reason,
         cut_short=done.get("cut_short") is True,
         completed=done.get("completed") is True,
+        outage=done.get("outage") is True,
         states_blocker=done.get("states_blocker") is True,
         trial=_state_at(history, times, started_at) == "HALF_OPEN",
         tripped=opened_at.get(number, ""),
@@ -415,7 +421,7 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
 
 
 _OUTCOME_FIELDS = ("files_changed", "commits", "failed", "usage_limited", "blocked", "cut_short", "completed",
-                   "returned_to")
+                   "returned_to", "outage")
 
 
 def as_iteration_report(row: IterationRow) -> IterationReport:
@@ -434,6 +440,7 @@ def as_iteration_report(row: IterationRow) -> IterationReport:
         cost_usd=row.cost_usd,
         failed=row.failed,
         usage_limited=row.usage_limited,
+        outage=row.outage,
         blocked=row.blocked,
         blocked_reason=row.blocked_reason,
         completed=row.completed,
@@ -522,6 +529,7 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
     for run in runs:
         first_child = True
         limit: tuple[float, float | None, float | None] | None = None
+        outage: tuple[float, float | None] | None = None
         if run.index > 1:
             marks.append(Mark("run_start", axis.x(run.started_at), run.started_at, None,
                               f"supervisor started again (run {run.index})"))
@@ -539,13 +547,24 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             elif name == ev.LIMIT_WAIT_STARTED:
                 until = parse_time(event.get("until"))
                 x = axis.x(t)
+                what = {"ceiling": "usage ceiling: waiting", "outage": "API outage: backing off"}.get(
+                    as_text(event.get("kind"), 20), "usage limit: waiting")
                 marks.append(Mark("limit_wait", x, t, as_opt_int(event.get("iteration")),
-                                  "usage limit: waiting" + (f" until {_clock(until)}" if until else "")))
+                                  what + (f" until {_clock(until)}" if until else "")))
                 limit = (x, t, until)
+            elif name == ev.OUTAGE_STARTED:
+                outage = (axis.x(t), t)
+            elif name == ev.OUTAGE_ENDED and outage is not None:
+                bands.append(Band("OUTAGE", outage[0], max(outage[0], axis.x(t)), outage[1], t,
+                                  f"API outage since {_clock(outage[1])}"))
+                outage = None
             elif name == ev.LIMIT_WAIT_ENDED and limit is not None:
                 x0, t0, _ = limit
                 bands.append(Band("LIMIT", x0, max(x0, axis.x(t)), t0, t, "usage-limit wait"))
                 limit = None
+        if outage is not None:
+            bands.append(Band("OUTAGE", outage[0], max(outage[0], axis.x(run.ended_at) if run.ended_at else axis.tail),
+                              outage[1], run.ended_at, f"API outage since {_clock(outage[1])}"))
         if limit is not None:
             x0, t0, until = limit
             over = until is not None and until <= (run.ended_at or now)
@@ -553,6 +572,46 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             bands.append(Band("LIMIT", x0, max(x0, end_x), t0, until, "usage-limit wait"))
     marks.sort(key=lambda m: (m.x, m.at or 0.0))
     return marks, bands
+
+
+def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
+    """`OUTAGE since 03:12: api_retry 4/10: unknown`, `2 API outages, the longest 14 min`, `USAGE five_hour at
+    93 % (resets 15:00)`: what the outage and usage events of these runs say."""
+    lines: list[str] = []
+    open_since: tuple[float | None, str] | None = None
+    lasted: list[float] = []
+    usage: list[Any] = []
+    for run in runs:
+        open_since = None
+        for event in run.events:
+            name = _name(event)
+            if name == "outage_started":
+                open_since = (parse_time(event.get("since")) or _ts(event), as_text(event.get("message"), 300))
+            elif name == "outage_ended":
+                open_since = None
+                lasted.append(as_float(event.get("seconds")) or 0.0)
+            elif name == "usage_high" and isinstance(event.get("windows"), list):
+                usage = event["windows"]
+    if open_since is not None and running:
+        lines.append(f"OUTAGE since {_clock(open_since[0])}: {open_since[1] or 'the agent cannot reach its API'}")
+    if lasted:
+        lines.append(f"{len(lasted)} API outage{'s' if len(lasted) != 1 else ''} waited out, the longest "
+                     f"{duration(max(lasted))}")
+    cpu = [as_float(e.get("cpu_s")) or 0.0 for run in runs for e in run.events if _name(e) == "cgroup_figures"]
+    peaks = [as_int(e.get("memory_peak_bytes")) for run in runs for e in run.events
+             if _name(e) == "cgroup_figures" and e.get("memory_peak_bytes") is not None]
+    ooms = sum(as_int(e.get("kills")) for run in runs for e in run.events if _name(e) == "cgroup_oom")
+    if cpu:
+        lines.append(f"CGROUP the loop used {sum(cpu):.1f} CPU s" + (f", memory at most {max(peaks) / 2**20:.0f} MiB"
+                                                                    if peaks else "")
+                     + (f"; the OOM killer struck {ooms} time{'s' if ooms != 1 else ''}" if ooms else ""))
+    for window in usage[:4]:
+        if isinstance(window, Mapping):
+            resets = parse_time(window.get("resets_at"))
+            if resets is not None and resets > now:
+                lines.append(f"USAGE {as_text(window.get('window'), 40)} at {as_float(window.get('utilization')) or 0:g} % "
+                             f"(resets {_clock(resets)})")
+    return lines
 
 
 # -- verdict ----------------------------------------------------------------------------------
@@ -867,6 +926,7 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
         escalation=str(records.escalation) if records.escalation else None,
         report_html=report_html,
         warnings=tuple(records.warnings),
+        waits=tuple(wait_lines(runs, now, running)),
     )
 
 

@@ -261,7 +261,7 @@ for(var i=0;i<n;i++){
   err.push((k===1||(k===0&&e>0))?-Math.max(1,e):null);
   lim.push(k===2?-1:null);blk.push(k===3?-Math.max(1,e):null);cut.push(k===4?-1:null);
 }
-var BAND={OPEN:'rgba(211,58,44,0.28)',HALF_OPEN:'rgba(230,165,0,0.25)',PAUSED:'rgba(107,114,128,0.2)',LIMIT:'rgba(40,120,200,0.2)'};
+var BAND={OPEN:'rgba(211,58,44,0.28)',HALF_OPEN:'rgba(230,165,0,0.25)',PAUSED:'rgba(107,114,128,0.2)',LIMIT:'rgba(40,120,200,0.2)',OUTAGE:'rgba(120,60,200,0.18)'};
 var MARK={open:'#d33a2c',final:'#8b0000',pause:'#6b7280',trial:'#c98a00',close:'#2e9d4f',reset:'#2e9d4f',limit_wait:'#2878c8',restart:'#6b7280',run_start:'#374151',exit:'#374151'};
 function px(u,v){return u.valToPos(v,'x',true);}
 function bands(u){var c=u.ctx,b=u.bbox,r=devicePixelRatio||1;c.save();
@@ -322,6 +322,7 @@ KEY = ('<div class="key"><span><i style="background:#2e9d4f"></i>files changed</
        '<span><i style="background:rgba(211,58,44,0.3)"></i>breaker OPEN</span>'
        '<span><i style="background:rgba(230,165,0,0.4)"></i>HALF_OPEN (trial)</span>'
        '<span><i style="background:rgba(40,120,200,0.35)"></i>usage-limit wait</span>'
+       '<span><i style="background:rgba(120,60,200,0.3)"></i>API outage</span>'
        '<span><i style="background:rgba(107,114,128,0.35)"></i>paused by hand</span></div>')
 
 
@@ -336,7 +337,8 @@ def render_html(a: Account) -> str:
         f"<title>ralph-supervise: {_e(a.name)} — {_e(v.status)}</title>",
         f"<style>{css}{STYLE}</style></head><body><main>",
         f'<header class="verdict s-{_e(v.status)}"><h1>ralph-supervise report · {_e(a.name)}</h1>',
-        f'<p class="line">{_e(v.line)}</p>{why}</header>',
+        f'<p class="line">{_e(v.line)}</p>{why}',
+        "".join(f'<p class="why">{_e(line)}</p>' for line in a.waits), "</header>",
         _facts(a),
         "<section><h2>Timeline</h2>", KEY,
         '<div id="timeline"></div><div id="detail"></div>',

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, outcome_of
+from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, OUTAGE, outcome_of
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import (
     Account,
@@ -79,10 +79,11 @@ def iterations_line(a: Account) -> str:
     s = a.spend
     counts = [f"{s.iterations} iteration{'s' if s.iterations != 1 else ''}"]
     outcomes = [outcome_of(progress=r.progress, failed=r.failed, usage_limited=r.usage_limited, blocked=r.blocked,
-                           cut_short=r.cut_short) for r in a.iterations]  # each call once, by its worst
+                           cut_short=r.cut_short, outage=r.outage) for r in a.iterations]  # each call once, by its worst
     for label, n in (("with progress", sum(1 for r in a.iterations if r.progress)),
                      ("failed", outcomes.count(FAILED)),
                      ("hit a usage limit", outcomes.count(LIMITED)),
+                     ("met an API outage", outcomes.count(OUTAGE)),
                      ("blocked", outcomes.count(BLOCKED)),
                      ("cut short", outcomes.count(CUT_SHORT)),
                      ("trial", sum(1 for r in a.iterations if r.trial))):
@@ -119,6 +120,8 @@ def render_markdown(a: Account) -> str:
     out = [f"# ralph-supervise report: {a.name}", "", f"**{v.line}**"]
     if why(a):
         out += ["", f"Why: {why(a)}"]
+    if a.waits:
+        out += [""] + [f"- {line}" for line in a.waits]
     first = a.runs[0].started_at if a.runs else None
     last = a.runs[-1].ended_at if a.runs else None
     span = f"{stamp(first)} → {stamp(last) if last else 'now'}"

@@ -35,6 +35,7 @@ EVENTS_READ = frozenset({
     events.ORPHANS_SWEPT, events.SUPERVISOR_STARTED, events.CHILD_STARTED, events.CHILD_EXITED,
     events.ITERATION_STARTED, events.ITERATION_FINISHED, events.TREE_PAUSED, events.TREE_RESUMED,
     events.TREE_STOPPED, events.SUPERVISOR_STOPPED, events.LIMIT_WAIT_STARTED, events.LIMIT_WAIT_ENDED,
+    events.OUTAGE_STARTED, events.OUTAGE_ENDED, events.USAGE_HIGH, events.CGROUP_FIGURES, events.CGROUP_OOM,
 })
 """The `event` names the report uses; other lines of events.jsonl are not even parsed."""
 
@@ -62,6 +63,9 @@ def iteration_fields(report: IterationReport) -> dict[str, Any]:
     }
     if report.blocked_reason:
         fields["blocked_reason"] = report.blocked_reason[:300]
+    if report.outage:
+        fields["outage"] = True
+        fields["outage_message"] = report.outage_message[:300]
     return fields
 
 

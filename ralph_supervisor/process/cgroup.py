@@ -1,0 +1,362 @@
+"""A cgroup around the loop's tree, where the system lets us make one: what it used, and a kill nothing escapes.
+
+Signals reach the processes the tree walk finds; a cgroup holds every process the loop ever started, however
+it left the tree. So, where the supervisor can write to cgroup v2 (as root, or in a subtree delegated to it),
+the loop runs in a cgroup of its own, made under the supervisor's own cgroup (from `/proc/self/cgroup`, so it
+stays inside whatever limits the supervisor runs under): the child enters it between fork and exec, before it
+can start anything. A stop ends with `cgroup.kill` (what the signals left, if anything, dies with it), and
+its figures (CPU seconds from `cpu.stat`, memory where the unified hierarchy has the memory controller, the
+processes in it) are in `status --json`; a pause holds it frozen while its SIGSTOPs go round (`hold`). The cgroup's path is recorded in the state folder, it is removed
+at exit, and a successor sweeps one a crashed supervisor left. Where none can be made, the signals do the
+work alone, said once at start (`create` returns the reason).
+
+Bounds (`--memory-max`, `--cpu-max`, `--tasks-max`) go through the v2 controllers where the unified hierarchy
+has them enabled for our cgroup's children, else through the v1 `memory`, `cpu` and `pids` hierarchies of a
+hybrid system (where the unified hierarchy has the kill but not the controllers), each in a cgroup of the same
+name under the supervisor's own there. The v1 memory cgroup is made even without a bound, for the figures.
+A bound that cannot be set is an error naming what is missing: the run does not start unbounded.
+
+    cgroup, why = LoopCgroup.create(state_dir)   # None and why, where none can be made
+    popen = spawn(..., enter=cgroup.enter)        # the child moves itself in before exec
+    cgroup.figures()                              # Figures(cpu_s=..., memory_bytes=..., tasks=...)
+    cgroup.kill(); cgroup.remove()                # at the end of a stop; at exit
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+RECORD = "cgroup.json"
+"""The state folder's record of the loop's cgroup (its path), for the sweep after a crash."""
+PREFIX = "ralph-loop-"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What the loop's cgroup has used: CPU seconds in all, memory now and at its peak (None where the
+    unified hierarchy has no memory controller), and the processes in it now."""
+
+    cpu_s: float
+    memory_bytes: int | None
+    memory_peak_bytes: int | None
+    tasks: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds asked for (None: none)."""
+
+    memory_max: int | None = None
+    """Bytes."""
+    cpu_max: float | None = None
+    """Percent of one CPU (200: two CPUs' worth)."""
+    tasks_max: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.memory_max, self.cpu_max, self.tasks_max))
+
+
+CPU_PERIOD_US = 100_000
+
+
+def v1_mounts(mountinfo: str) -> dict[str, Path]:
+    """The v1 hierarchies by controller (`memory`, `cpu`, `pids`, ...), from their super options."""
+    found: dict[str, Path] = {}
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        parts = right.split()
+        if len(parts) >= 3 and parts[0] == "cgroup":
+            fields_ = left.split()
+            if len(fields_) >= 5:
+                for option in parts[2].split(","):
+                    found.setdefault(option, Path(fields_[4]))
+    return found
+
+
+def own_v1_paths(proc_cgroup: str) -> dict[str, str]:
+    """The supervisor's own cgroup in each v1 hierarchy, by controller (`4:memory:/x` -> {"memory": "/x"})."""
+    found: dict[str, str] = {}
+    for line in proc_cgroup.splitlines():
+        number, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if number != "0" and controllers:
+            for controller in controllers.split(","):
+                found[controller] = path.strip() or "/"
+    return found
+
+
+def unified_mount(mountinfo: str) -> Path | None:
+    """Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` beside v1 hierarchies)."""
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split(" ", 1)[0] == "cgroup2":
+            fields = left.split()
+            if len(fields) >= 5:
+                return Path(fields[4])
+    return None
+
+
+def own_unified_path(proc_cgroup: str) -> str | None:
+    """The supervisor's own cgroup in the unified hierarchy (the `0::` line of /proc/self/cgroup)."""
+    for line in proc_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip() or "/"
+    return None
+
+
+class LoopCgroup:
+    def __init__(self, path: Path, v1: dict[str, Path] | None = None, v2_controllers: frozenset[str] = frozenset()
+                 ) -> None:
+        self.path = path
+        self.v1 = dict(v1 or {})
+        """The loop's cgroups in the v1 hierarchies, by controller (a hybrid system)."""
+        self.v2_controllers = v2_controllers
+        """The controllers the unified hierarchy has for the loop's cgroup."""
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self.path, *self.v1.values()]
+
+    @classmethod
+    def create(cls, state_dir: Path, limits: Limits = Limits()) -> tuple[LoopCgroup | None, str | None]:
+        """Make the loop's cgroup under our own (and, for `limits` and the figures, its v1 siblings), set the
+        bounds and record it; (None, why) where that cannot be done."""
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+            proc_cgroup = Path("/proc/self/cgroup").read_text()
+        except OSError as exc:
+            return None, f"cannot read /proc/self: {exc.strerror or exc}"
+        mount, own = unified_mount(mountinfo), own_unified_path(proc_cgroup)
+        if mount is None:
+            return None, "no cgroup v2 is mounted (a system with cgroup v1 only, or none)"
+        if own is None:
+            return None, "the supervisor is in no cgroup v2 (/proc/self/cgroup has no 0:: line)"
+        parent = mount / own.lstrip("/")
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        path = parent / name
+        try:
+            path.mkdir()
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            return None, (f"cannot make a cgroup in {parent}: {exc.strerror or exc} (run as root, or in a delegated "
+                          "subtree: systemd's Delegate=yes, or `systemd-run --user --scope -p Delegate=yes`)")
+        if not os.access(path / "cgroup.procs", os.W_OK):
+            _rmdir(path)
+            return None, f"cannot move processes into {path} (cgroup.procs is not writable)"
+        cgroup = cls(path, v2_controllers=_enabled(parent))
+        problem = cgroup._bound(limits, name, v1_mounts(mountinfo), own_v1_paths(proc_cgroup))
+        if problem is None:
+            try:
+                (state_dir / RECORD).write_text(json.dumps({"path": str(path), "v1": [str(p) for p in cgroup.v1.values()],
+                                                            "pid": os.getpid()}) + "\n")
+            except OSError as exc:
+                problem = f"cannot record the cgroup in {state_dir}: {exc.strerror or exc}"
+        if problem is not None:
+            for made in cgroup.paths:
+                _rmdir(made)
+            return None, problem
+        return cgroup, None
+
+    def _bound(self, limits: Limits, name: str, mounts: dict[str, Path], own: dict[str, str]) -> str | None:
+        """Set each bound through v2 where its controller is there, else through its v1 hierarchy; the v1
+        memory cgroup is made for the figures even without a bound. The problem, or None."""
+        wanted = {"memory": limits.memory_max, "cpu": limits.cpu_max, "pids": limits.tasks_max}
+        flags = {"memory": "--memory-max", "cpu": "--cpu-max", "pids": "--tasks-max"}
+        for controller, value in wanted.items():
+            if controller in self.v2_controllers:
+                if value is not None and not _write(self.path / _V2_FILE[controller], _v2_value(controller, value)):
+                    return f"{flags[controller]}: cannot write {self.path / _V2_FILE[controller]}"
+                continue
+            if value is None and controller != "memory":
+                continue
+            where = mounts.get(controller)
+            if where is None or controller not in own:
+                if value is None:
+                    continue
+                return (f"{flags[controller]}: no {controller} controller, neither in cgroup v2 for {self.path.parent} "
+                        f"(its cgroup.subtree_control) nor as a cgroup v1 hierarchy")
+            folder = where / own[controller].lstrip("/") / name
+            try:
+                folder.mkdir(exist_ok=True)
+            except OSError as exc:
+                if value is None:
+                    continue
+                return f"{flags[controller]}: cannot make {folder}: {exc.strerror or exc}"
+            self.v1[controller] = folder
+            if value is not None:
+                for file, text in _v1_values(controller, value):
+                    if not _write(folder / file, text) and file != "memory.memsw.limit_in_bytes":
+                        return f"{flags[controller]}: cannot write {folder / file}"
+        return None
+
+    def enter(self) -> None:
+        """Between fork and exec, in the child: move itself in (plain system calls, no locks, no imports)."""
+        for folder in (*self.v1.values(), self.path):
+            try:
+                fd = os.open(str(folder / "cgroup.procs"), os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the signals still do the work; the figures will say 0 processes
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def figures(self) -> Figures | None:
+        """Read at a `status` (a few small files); None once the folder is gone."""
+        try:
+            stat = dict(line.split(" ", 1) for line in (self.path / "cpu.stat").read_text().splitlines() if " " in line)
+        except OSError:
+            return None
+        v1 = self.v1.get("memory")
+        if "memory" in self.v2_controllers or v1 is None:
+            memory, peak = _number(self.path / "memory.current"), _number(self.path / "memory.peak")
+        else:
+            memory, peak = _number(v1 / "memory.usage_in_bytes"), _number(v1 / "memory.max_usage_in_bytes")
+        return Figures(cpu_s=round(int(stat.get("usage_usec", "0")) / 1e6, 3), memory_bytes=memory,
+                       memory_peak_bytes=peak, tasks=len(self.pids()))
+
+    def oom_kills(self) -> int:
+        """Processes the kernel's OOM killer has killed in the cgroup so far (`oom_kill` of v2's
+        memory.events, or of v1's memory.oom_control)."""
+        v1 = self.v1.get("memory")
+        source = self.path / "memory.events" if "memory" in self.v2_controllers or v1 is None else v1 / "memory.oom_control"
+        try:
+            for line in source.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def hold(self, on: bool, timeout: float = 0.5) -> bool:
+        """Freeze (`cgroup.freeze` 1, until `cgroup.events` says `frozen 1`, at most `timeout`) or thaw the
+        cgroup; False where it cannot (the signals then pause alone). The tree's pause holds it around its
+        SIGSTOPs (`ProcessTree.pause`)."""
+        if not _write(self.path / "cgroup.freeze", "1" if on else "0"):
+            return False
+        deadline = time.monotonic() + timeout
+        while on and time.monotonic() < deadline:
+            try:
+                if "frozen 1" in (self.path / "cgroup.events").read_text():
+                    break
+            except OSError:
+                break
+            time.sleep(0.001)
+        return True
+
+    def kill(self, settle_s: float = 0.3) -> int:
+        """SIGKILL everything in the cgroup at once (`cgroup.kill`; each process where the kernel has none).
+        Returns how many processes there were."""
+        left = self.pids()
+        if not left:
+            return 0
+        try:
+            (self.path / "cgroup.kill").write_text("1")
+        except OSError:
+            for pid in left:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + settle_s  # the dying leave it within milliseconds: count them once
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return len(left)
+
+    def remove(self, state_dir: Path, timeout: float = 2.0) -> bool:
+        """Kill what is left, remove the folder and its record; False when it would not go."""
+        self.kill()
+        for folder in (self.path, *self.v1.values()):  # each its own time: one that will not go keeps no other
+            deadline = time.monotonic() + timeout
+            while not _rmdir(folder) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        gone = not any(folder.exists() for folder in self.paths)
+        if gone:
+            try:
+                (state_dir / RECORD).unlink()
+            except OSError:
+                pass
+        return gone
+
+
+def sweep(state_dir: Path) -> str | None:
+    """A cgroup a crashed supervisor left (its record in the state folder): killed and removed. The path
+    removed, or None when there was none."""
+    try:
+        record = json.loads((state_dir / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    path = Path(str(record.get("path", ""))) if isinstance(record, dict) else None
+    if path is None or not path.name.startswith(PREFIX) or "cgroup" not in str(path):
+        return None
+    v1 = [Path(str(p)) for p in record.get("v1", []) if isinstance(p, str)] if isinstance(record.get("v1"), list) else []
+    v1 = [p for p in v1 if p.name == path.name and "cgroup" in str(p)]
+    LoopCgroup(path, {str(i): p for i, p in enumerate(v1)}).remove(state_dir)
+    return str(path)
+
+
+_V2_FILE = {"memory": "memory.max", "cpu": "cpu.max", "pids": "pids.max"}
+
+
+def _v2_value(controller: str, value: float) -> str:
+    if controller == "cpu":
+        return f"{max(1000, int(value / 100 * CPU_PERIOD_US))} {CPU_PERIOD_US}"
+    return str(int(value))
+
+
+def _v1_values(controller: str, value: float) -> list[tuple[str, str]]:
+    if controller == "memory":  # with swap bounded too, where the kernel accounts it (else it swaps, never OOMs)
+        return [("memory.limit_in_bytes", str(int(value))), ("memory.memsw.limit_in_bytes", str(int(value)))]
+    if controller == "cpu":
+        return [("cpu.cfs_period_us", str(CPU_PERIOD_US)), ("cpu.cfs_quota_us", str(max(1000, int(value / 100 * CPU_PERIOD_US))))]
+    return [("pids.max", str(int(value)))]
+
+
+def _enabled(parent: Path) -> frozenset[str]:
+    """The controllers the unified hierarchy gives our cgroup's children (its `cgroup.subtree_control`)."""
+    try:
+        return frozenset((parent / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        return frozenset()
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        path.write_text(text)
+        return True
+    except OSError:
+        return False
+
+
+def _number(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _rmdir(path: Path) -> bool:
+    try:
+        path.rmdir()
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
