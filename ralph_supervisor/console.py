@@ -37,7 +37,7 @@ _COLOR = {"green": "\x1b[32m", "yellow": "\x1b[33m", "red": "\x1b[31m", "blue": 
           "bold green": "\x1b[1;32m", "bold blue": "\x1b[1;34m"}
 
 QUIET_EVENTS = frozenset({events.BREAKER_TRANSITION, events.LIMIT_WAIT_STARTED, events.LIMIT_WAIT_ENDED,
-                          events.BREAKER_FINAL, "outage_started", "outage_ended"})
+                          events.BREAKER_FINAL, events.OUTAGE_STARTED, events.OUTAGE_ENDED})
 """What `--quiet` still prints (with errors and the end of the run)."""
 WAIT_WORDS = {"limit": "LIMIT wait", "ceiling": "CEILING wait", "outage": "OUTAGE wait"}
 """The first words of a freeze's line, by its kind (`limit_wait.Wait.kind`)."""

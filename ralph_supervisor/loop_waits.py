@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from ralph_supervisor import store
+from ralph_supervisor import events, store
 from ralph_supervisor.agents.outages import scan_lines
 from ralph_supervisor.agents.usage import UsageReport, codex_home, codex_session_windows
 from ralph_supervisor.iteration import IterationReport
@@ -107,7 +107,7 @@ class LoopWaits:
         high = [w for w in usage.windows if w.utilization is not None and w.utilization >= SHOW_AT]
         said = {w.name: w.utilization for w in high}
         if high and any(self._shown.get(name) != figure for name, figure in said.items()):
-            log.info("usage_high", iteration=number, windows=[w.to_dict() for w in high], source=usage.source)
+            log.info(events.USAGE_HIGH, iteration=number, windows=[w.to_dict() for w in high], source=usage.source)
         self._shown = said
 
     # ------------------------------------------------------------------ outages
@@ -124,7 +124,7 @@ class LoopWaits:
     def _retry(self, message: str, iteration: int, now: float) -> None:
         if self.outage.retry(message, now):
             since = self.outage.since or now
-            log.info("outage_started", since=store.iso_utc(since), message=message, iteration=iteration)
+            log.info(events.OUTAGE_STARTED, since=store.iso_utc(since), message=message, iteration=iteration)
             self._metrics().outage(since)
             self.notifier.send(notice_for_outage(started=True, since=since, message=message,
                                                  workspace=str(self.settings.workspace), iteration=iteration))
@@ -134,7 +134,7 @@ class LoopWaits:
         since = self.outage.reached()
         if since is None:
             return
-        log.info("outage_ended", since=store.iso_utc(since), seconds=round(now - since, 1), why=why,
+        log.info(events.OUTAGE_ENDED, since=store.iso_utc(since), seconds=round(now - since, 1), why=why,
                  iteration=iteration)
         self._metrics().outage(None)
         self.notifier.send(notice_for_outage(started=False, since=since, message=message, now=now,

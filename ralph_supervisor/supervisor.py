@@ -375,7 +375,7 @@ class Supervisor:
         self.sd.stopping()
         figures = self.cgroup.figures() if self.cgroup is not None else None
         if figures is not None:  # what the loop used in all, for the report
-            log.info("cgroup_figures", **figures.to_dict())
+            log.info(events.CGROUP_FIGURES, **figures.to_dict())
         if self.cgroup is not None and not self.cgroup.remove(self.state_dir):
             log.warning("cgroup_left", path=str(self.cgroup.path), hint="swept at the next start")
         self.child_log.close()
@@ -945,7 +945,7 @@ class Supervisor:
         killed, self._oom_kills = kills - self._oom_kills, kills
         said = (f"Error: killed by the OOM killer ({killed} process{'es' if killed > 1 else ''}): the loop's cgroup "
                 f"reached --memory-max {self.settings.memory_max or '(its bound)'} bytes")
-        log.warning("cgroup_oom", iteration=report.number, kills=killed, memory_max=self.settings.memory_max)
+        log.warning(events.CGROUP_OOM, iteration=report.number, kills=killed, memory_max=self.settings.memory_max)
         return dataclasses.replace(report, failed=True, outage=False, usage_limited=False, reply=None,
                                    error_lines=(said, *report.error_lines)[:20],
                                    error_signatures=report.error_signatures | error_set([said]))

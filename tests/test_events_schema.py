@@ -18,6 +18,7 @@ LEVELS = frozenset({"debug", "info", "warning", "error", "exception", "critical"
 NOT_AN_EVENT = {
     ("notify.py", "child_exited"): "a notice kind (notify.Notice.kind), not an event",
     ("settings.py", "verify_timeout"): "an option's name",
+    ("settings.py", "usage_ceiling"): "an option's name",
 }
 """String constants that happen to equal an event's name but mean something else."""
 

@@ -584,23 +584,23 @@ def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
     for run in runs:
         open_since = None
         for event in run.events:
-            name = _name(event)
-            if name == "outage_started":
+            name = ev.name(event)
+            if name == ev.OUTAGE_STARTED:
                 open_since = (parse_time(event.get("since")) or _ts(event), as_text(event.get("message"), 300))
-            elif name == "outage_ended":
+            elif name == ev.OUTAGE_ENDED:
                 open_since = None
                 lasted.append(as_float(event.get("seconds")) or 0.0)
-            elif name == "usage_high" and isinstance(event.get("windows"), list):
+            elif name == ev.USAGE_HIGH and isinstance(event.get("windows"), list):
                 usage = event["windows"]
     if open_since is not None and running:
         lines.append(f"OUTAGE since {_clock(open_since[0])}: {open_since[1] or 'the agent cannot reach its API'}")
     if lasted:
         lines.append(f"{len(lasted)} API outage{'s' if len(lasted) != 1 else ''} waited out, the longest "
                      f"{duration(max(lasted))}")
-    cpu = [as_float(e.get("cpu_s")) or 0.0 for run in runs for e in run.events if _name(e) == "cgroup_figures"]
+    cpu = [as_float(e.get("cpu_s")) or 0.0 for run in runs for e in run.events if ev.name(e) == ev.CGROUP_FIGURES]
     peaks = [as_int(e.get("memory_peak_bytes")) for run in runs for e in run.events
-             if _name(e) == "cgroup_figures" and e.get("memory_peak_bytes") is not None]
-    ooms = sum(as_int(e.get("kills")) for run in runs for e in run.events if _name(e) == "cgroup_oom")
+             if ev.name(e) == ev.CGROUP_FIGURES and e.get("memory_peak_bytes") is not None]
+    ooms = sum(as_int(e.get("kills")) for run in runs for e in run.events if ev.name(e) == ev.CGROUP_OOM)
     if cpu:
         lines.append(f"CGROUP the loop used {sum(cpu):.1f} CPU s" + (f", memory at most {max(peaks) / 2**20:.0f} MiB"
                                                                     if peaks else "")
