@@ -3,9 +3,7 @@
 The fixtures in tests/fixtures/verify/ are real output, recorded from pytest 8, unittest (Python 3.11),
 jest 30, vitest 4 (coloured, as on a TTY, and with NO_COLOR), mocha 11, jest-junit and cargo test 1.9x
 on small projects with passing, failing, erroring and skipped tests, and go test 1.19 (plain, `-v`, `-json`,
-a build failure) on a module of two tested packages (see its README). nextest was not installable here (no
-prebuilt binary on a registry this machine reaches): its lines are the formats REFERENCE.md section 7 quotes,
-written out below.
+a build failure) on a module of two tested packages, and cargo-nextest 0.9.148 (see its README).
 """
 
 from __future__ import annotations
@@ -71,6 +69,10 @@ def counts(r: TestResults) -> tuple[str, int, int, int, int]:
         ("go_test_json_pass.jsonl", ("go-json", 6, 0, 0, 1)),  # the same counts as -v
         ("go_test_json.jsonl", ("go-json", 5, 1, 0, 1)),
         ("go_test_json_build_failed.jsonl", ("go+go-json", 1, 0, 1, 0)),  # the build failure is text on stderr
+        # cargo-nextest 0.9.148 on a crate of 2 unit tests (1 ignored) and an integration test; `subs` fails.
+        ("nextest_pass.txt", ("nextest", 3, 0, 0, 1)),
+        ("nextest.txt", ("nextest", 2, 1, 0, 1)),  # its captured `test result:` line is not read as cargo's
+        ("nextest_status_all.txt", ("nextest", 2, 1, 0, 1)),
     ],
 )
 def test_each_runners_real_summary_gives_its_counts(name: str, expected: tuple[str, int, int, int, int]) -> None:
@@ -178,14 +180,15 @@ def test_node_test_names_its_tests_from_the_tap_lines() -> None:
 
 
 def test_nextest_summary_and_lines() -> None:
-    text = (
+    r = read_results(fixture("nextest.txt"), exit_code=100)
+    assert r.tests == {"calc tests::adds": PASSED, "calc::it from_outside": PASSED, "calc tests::subs": FAILED}
+    every = read_results(fixture("nextest_status_all.txt"), exit_code=100)
+    assert every.tests == {**r.tests, "calc tests::later": SKIPPED}  # `--status-level all` names the skipped too
+    older = (  # the lines without the (n/m) counter, as REFERENCE.md section 7 quotes them
         "        PASS [   0.004s] calc tests::adds\n        FAIL [   0.005s] calc tests::subs\n"
-        "        SKIP [   0.000s] calc tests::later\n"
         "     Summary [   1.200s] 43 tests run: 41 passed, 2 failed, 1 skipped\n"
     )
-    r = read_results(text, exit_code=100)
-    assert counts(r) == ("nextest", 41, 2, 0, 1)
-    assert r.tests == {"calc tests::adds": PASSED, "calc tests::subs": FAILED, "calc tests::later": SKIPPED}
+    assert read_results(older, exit_code=100).tests == {"calc tests::adds": PASSED, "calc tests::subs": FAILED}
 
 
 def test_junit_xml_wins_over_the_summary_and_names_every_test() -> None:

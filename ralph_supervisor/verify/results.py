@@ -453,7 +453,10 @@ def read_cargo(text: str) -> TestResults | None:
 
 
 _NEXTEST_SUMMARY = re.compile(r"^\s*Summary \[\s*[\d.]+s\]\s+(\d+) tests? run: (.*)$", re.MULTILINE)
-_NEXTEST_TEST = re.compile(r"^\s*(PASS|FAIL|SKIP|TIMEOUT|SIGSEGV|SIGABRT) \[\s*[\d.]+s\] (\S.*?)\s*$", re.MULTILINE)
+_NEXTEST_TEST = re.compile(
+    r"^\s*(PASS|FAIL|SKIP|TIMEOUT|SIGSEGV|SIGABRT) \[\s*(?:[\d.]+s)?\s*\] (?:\([\d/\u2500]+\) )?(\S.*?)\s*$", re.MULTILINE
+)
+"""`PASS [   0.012s] (1/3) calc tests::adds`; a skipped test (`--status-level all`) has `[         ] (───)`."""
 _NEXTEST_OUTCOME = {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED, "TIMEOUT": FAILED, "SIGSEGV": FAILED, "SIGABRT": FAILED}
 
 
