@@ -8,7 +8,7 @@ included), memory from /proc/PID/status (VmRSS) and wait4's ru_maxrss.
      a. between agent calls: a loop of six sleeping processes, no agent call (the tick runs every 0.5 s);
      b. inside a silent agent call: `bash -c 'timeout 1000 claude -p go'` where this `claude` prints nothing and
         sleeps (the tick runs every 0.1 s and samples the call's CPU for the stall rule).
-     Target: < 0.5 % of one core.
+     Target: < 0.2 % of one core.
   2. 10 MB/s of realistic agent output (stream-json, long tool results, test lines, a few errors) for 60 s,
      and what the error filter scanned and dropped of it
      (--quick 10 s) from inside an agent call, side by side with the same writer piped into `cat > FILE`
@@ -40,7 +40,7 @@ import _benchkit as kit  # noqa: E402
 import soak  # noqa: E402
 from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
-IDLE_TARGET = 0.5
+IDLE_TARGET = 0.2  # issue 27: idle under 0.2 % of a core (it was 0.5)
 RATE_TARGET = 15.0
 RSS_LIMIT_MIB = soak.RSS_LIMIT_MIB
 
