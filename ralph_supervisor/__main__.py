@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ralph_supervisor.cli import main
+from ralph_supervisor.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,9 @@
 """`ralph-supervise check`: loop-context's `--check` as a command, the imperative shell around ledger.py.
 
 No structlog here: stdout carries the decision (scripts parse it), so nothing else may be printed there.
+A loop runs `check` before every iteration, so its start-up is most of its cost: it imports nothing of the
+supervisor (ralph_supervisor.entry sends `check` here before the command line module loads), and what only
+the daily budget needs is imported there.
 
 Reads the ledger (file or stdin), the daily-spend state file and the clock; runs the `--on-exceed` hook;
 prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr naming the flag, file or field).
@@ -16,9 +19,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ralph_supervisor.ledger import (
     MAX_SAFE_INTEGER,
@@ -41,7 +42,9 @@ from ralph_supervisor.ledger import (
     token_budget_for,
 )
 from ralph_supervisor.signature import js_trim
-from ralph_supervisor.store import atomic_write_text, move_aside
+
+if TYPE_CHECKING:
+    from pathlib import Path  # the daily state's paths; imported where they are made (not on every check)
 
 PROG = "ralph-supervise check"
 EXIT_CONTINUE, EXIT_ERROR, EXIT_ESCALATE = 0, 1, 2
@@ -104,12 +107,25 @@ class _Parser(argparse.ArgumentParser):
         raise LedgerError(message)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout, told its width: argparse builds a formatter for every flag it is given, and
+    without a width each asks `shutil` (whose import pulls in bz2 and lzma) for the terminal's size."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (ValueError, OSError, AttributeError):
+            columns = 80
+        super().__init__(prog, width=max(columns, 40) - 2)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         description="Decide like loop-context 1.5.0 --check whether a ledger's loop may continue. "
         "Exit 0 continue, 2 escalate, 1 error.",
         allow_abbrev=False,
+        formatter_class=_Formatter,
     )
     p.add_argument("--ledger", "-f", metavar="FILE", help="ledger JSON file (default: stdin when it is not a terminal)")
     p.add_argument("--json", action="store_true", help="print the decision as JSON")
@@ -189,7 +205,8 @@ def read_ledger_text(path: str | None) -> tuple[str, str]:
     """The ledger's text and a name for it in messages."""
     if path is not None:
         try:
-            data = Path(path).read_bytes()
+            with open(path, "rb") as ledger_file:
+                data = ledger_file.read()
         except OSError as exc:
             raise LedgerError(f"ledger {path}: cannot read: {exc.strerror or exc}") from None
         source = path
@@ -220,6 +237,8 @@ def load_daily_state(path: Path) -> DailyState | None:
     try:
         return daily_state_from_json(json.loads(data.decode("utf-8")))
     except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, a huge number, a wrong shape (LedgerError)
+        from ralph_supervisor.store import move_aside  # only here: store's imports would slow every check
+
         aside = move_aside(path)
         kept = f"moved to {aside}" if aside is not None else "left in place"
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -229,6 +248,8 @@ def load_daily_state(path: Path) -> DailyState | None:
 
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so a reader never sees half a file."""
+    from ralph_supervisor.store import atomic_write_text
+
     atomic_write_text(path, text)
 
 
@@ -238,6 +259,7 @@ def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:
     Read-modify-write happens under an exclusive lock on the state folder, so concurrent checks add up.
     """
     import fcntl
+    from pathlib import Path
 
     folder = Path(state_dir)
     try:
@@ -300,6 +322,8 @@ def main(argv: list[str]) -> int:
             return EXIT_CONTINUE
         decision = check_breaker(ledger, opts.breaker)
         if opts.daily_key is not None and opts.daily_cap is not None:
+            from datetime import datetime, timezone
+
             today = datetime.now(timezone.utc).date().isoformat()
             spent = spend_today(opts.daily_state_dir, opts.daily_key, ledger, today)
             decision = apply_daily_budget(decision, spent, opts.daily_cap, opts.daily_pattern)

@@ -115,6 +115,7 @@ from ralph_supervisor.sdnotify import (
 from ralph_supervisor.settings import Settings, thresholds_from
 from ralph_supervisor.spend import spend_lines
 from ralph_supervisor.terminal import Terminal
+from ralph_supervisor.tick_rate import tick_interval
 from ralph_supervisor.tree_actions import TreeActions
 from ralph_supervisor.verify.judgement import Judged
 from ralph_supervisor.verify.runner import VerifyRun
@@ -122,9 +123,6 @@ from ralph_supervisor.verify.service import VerifyService
 
 log = structlog.get_logger("ralph_supervisor")
 
-TICK_ACTIVE = 0.1
-TICK_OUTPUT = 0.25
-TICK_IDLE = 0.5
 TICK_MIN = 0.02
 RECENT_REPORTS = 20
 SHUTDOWN_WAIT_SECONDS = 5.0
@@ -184,6 +182,9 @@ class Supervisor:
         self._last_textfile = 0.0
         self._oom_kills = 0
         self._wake = asyncio.Event()
+        self._interval_call: CallEvidence | None = None
+        self._call_changed_at = time.monotonic()
+        """The call the tick last saw and since when: a quiet loop is looked at less often (tick_rate.py)."""
 
         # the records and the humans
         self.warnings = Warnings()
@@ -822,14 +823,13 @@ class Supervisor:
 
     def _tick_interval(self, now: float) -> float:
         """Sample fast only when a call may be starting (output, no call yet) or has just started; slower
-        while a long call runs: its end can wait a moment, and a stall is judged in minutes."""
+        while a long call runs: its end can wait a moment, and a stall is judged in minutes (tick_rate.py)."""
         call = self.tracker.current
-        output = now - self.tap.counters.last_output_at < 2
-        if call is None:
-            return TICK_ACTIVE if output else TICK_IDLE
-        if now - call.started_at < 2:
-            return TICK_ACTIVE
-        return TICK_OUTPUT if output else TICK_IDLE
+        if call is not self._interval_call:
+            self._interval_call, self._call_changed_at = call, now
+        return tick_interval(now, call_started_at=call.started_at if call is not None else None,
+                             last_output_at=self.tap.counters.last_output_at, changed_at=self._call_changed_at,
+                             watchdog=self.sd.watchdog_interval)
 
     async def _tick(self) -> None:
         now = time.time()

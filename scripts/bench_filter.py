@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import _benchkit as kit  # noqa: E402
-from ralph_supervisor.evidence.errors import error_lines, error_lines_in_chunk  # noqa: E402
+from ralph_supervisor.evidence.errors import error_lines, error_lines_in_chunk, scan_engine  # noqa: E402
 
 STAGE1 = '"[^"]*error[^"]*":'
 STAGE2 = "(^Error:|^ERROR:|^error:|\\]: error|Link: error|Error occurred|failed with error|[Ee]xception|Fatal|FATAL)"
@@ -210,6 +210,7 @@ def main() -> int:
     print(f"generated {size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s: {path}", flush=True)
     path.read_bytes() if size < 2 * 1024**3 else None  # warm the page cache for everyone
 
+    load_start = os.getloadavg()[0]
     locale = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "POSIX"
     times: dict[str, list[float]] = {"ours_64k": [], "ours_1m": [], "grep": [], "grep_c": []}
     cpu: dict[str, list[float]] = {name: [] for name in times}
@@ -236,26 +237,31 @@ def main() -> int:
     rate = {name: size / statistics.median(values) / 1e6 for name, values in times.items()}
     cpu_rate = {name: size / statistics.median(values) / 1e6 for name, values in cpu.items()}
     best_ours = max(rate["ours_64k"], rate["ours_1m"])
+    best_cpu = max(cpu_rate["ours_64k"], cpu_rate["ours_1m"])
+
+    def yes(met: bool) -> str:
+        return "yes" if met else "**no**"
     lines = [
         "## Error filter throughput",
         "",
         f"Stream: {size / 1e6:.0f} MB generated deterministically by `scripts/bench_filter.py` (stream-json events with",
         '`"is_error":false`, long JSON result lines, `tool_use` inputs full of code, pretty-printed error fields, plain',
         f"log lines; {expected} real error lines in {line_count} lines, half of them inside JSON tool results). Median of "
-        f"{args.rounds} alternating runs, page cache warm. Throughput is wall clock (grep's two processes run in",
+        f"{args.rounds} alternating runs, page cache warm; our candidate scan: {scan_engine()}. Throughput is wall clock (grep's two processes run in",
         "parallel on two cores; ours is one Python thread); \"per CPU second\" divides by CPU time instead.",
         f"Ralph's pipeline: `{RALPH_PIPELINE.replace(chr(34) + '$1' + chr(34), 'FILE')}`.",
         "",
-        "| metric | ours | baseline | ratio | target |",
-        "|---|---|---|---|---|",
-        f"| throughput, 64 KiB chunks vs grep in the environment's locale ({locale}) | {rate['ours_64k']:.0f} MB/s | {rate['grep']:.0f} MB/s | {rate['ours_64k'] / rate['grep']:.2f}x | >= 1.5x |",
-        f"| throughput, 1 MiB chunks vs grep in the environment's locale ({locale}) | {rate['ours_1m']:.0f} MB/s | {rate['grep']:.0f} MB/s | {rate['ours_1m'] / rate['grep']:.2f}x | >= 1.5x |",
-        f"| per CPU second, 64 KiB chunks vs the whole grep pipeline ({locale}) | {cpu_rate['ours_64k']:.0f} MB/s | {cpu_rate['grep']:.0f} MB/s | {cpu_rate['ours_64k'] / cpu_rate['grep']:.2f}x | (for reference) |",
-        f"| throughput, best chunking vs grep with LC_ALL=C | {best_ours:.0f} MB/s | {rate['grep_c']:.0f} MB/s | {best_ours / rate['grep_c']:.2f}x | (for reference) |",
-        f"| naive per-line loop `error_lines(line.decode())` (first {naive_bytes / 1e6:.0f} MB) | {naive_rate:.0f} MB/s | {rate['grep']:.0f} MB/s | {naive_rate / rate['grep']:.2f}x | (for reference) |",
-        f"| error lines found ({expected} real ones written) | {counts['ours_1m']} | {counts['grep']} | | all real ones, nothing else |",
+        "| metric | ours | baseline | ratio | target | met? |",
+        "|---|---|---|---|---|---|",
+        f"| throughput, 64 KiB chunks vs grep in the environment's locale ({locale}) | {rate['ours_64k']:.0f} MB/s | {rate['grep']:.0f} MB/s | {rate['ours_64k'] / rate['grep']:.2f}x | >= 3x | {yes(rate['ours_64k'] / rate['grep'] >= 3)} |",
+        f"| throughput, 1 MiB chunks vs grep in the environment's locale ({locale}) | {rate['ours_1m']:.0f} MB/s | {rate['grep']:.0f} MB/s | {rate['ours_1m'] / rate['grep']:.2f}x | >= 3x | {yes(rate['ours_1m'] / rate['grep'] >= 3)} |",
+        f"| per CPU second, best chunking vs the whole grep pipeline with LC_ALL=C | {best_cpu:.0f} MB/s | {cpu_rate['grep_c']:.0f} MB/s | {best_cpu / cpu_rate['grep_c']:.2f}x | >= 1x | {yes(best_cpu >= cpu_rate['grep_c'])} |",
+        f"| per CPU second, 64 KiB chunks vs the whole grep pipeline ({locale}) | {cpu_rate['ours_64k']:.0f} MB/s | {cpu_rate['grep']:.0f} MB/s | {cpu_rate['ours_64k'] / cpu_rate['grep']:.2f}x | (for reference) | |",
+        f"| throughput, best chunking vs grep with LC_ALL=C | {best_ours:.0f} MB/s | {rate['grep_c']:.0f} MB/s | {best_ours / rate['grep_c']:.2f}x | (for reference) | |",
+        f"| naive per-line loop `error_lines(line.decode())` (first {naive_bytes / 1e6:.0f} MB) | {naive_rate:.0f} MB/s | {rate['grep']:.0f} MB/s | {naive_rate / rate['grep']:.2f}x | (for reference) | |",
+        f"| error lines found ({expected} real ones written) | {counts['ours_1m']} | {counts['grep']} | | all real ones, nothing else | {yes(counts['ours_1m'] == expected and counts['ours_64k'] == expected)} |",
         "",
-        f"Machine: {kit.machine_line()}; "
+        f"Machine: {kit.machine_line()}; load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
         f"{subprocess.run(['grep', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}.",
         "The machine was shared with other work while this ran; ratios from alternating runs are more telling than",
         "absolute numbers. grep's count is its own verdict: it misses every error inside a JSON line that has an",

@@ -8,8 +8,9 @@ included), memory from /proc/PID/status (VmRSS) and wait4's ru_maxrss.
      a. between agent calls: a loop of six sleeping processes, no agent call (the tick runs every 0.5 s);
      b. inside a silent agent call: `bash -c 'timeout 1000 claude -p go'` where this `claude` prints nothing and
         sleeps (the tick runs every 0.1 s and samples the call's CPU for the stall rule).
-     Target: < 0.5 % of one core.
-  2. 10 MB/s of realistic agent output (stream-json, long tool results, test lines, a few errors) for 30 s
+     Target: < 0.2 % of one core.
+  2. 10 MB/s of realistic agent output (stream-json, long tool results, test lines, a few errors) for 60 s,
+     and what the error filter scanned and dropped of it
      (--quick 10 s) from inside an agent call, side by side with the same writer piped into `cat > FILE`
      (cat's CPU is the baseline). Target: < 15 % of one core.
   3. Memory after 5 GB of output (--quick 500 MB) written as fast as the pipe takes it, inside one agent
@@ -39,7 +40,7 @@ import _benchkit as kit  # noqa: E402
 import soak  # noqa: E402
 from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 
-IDLE_TARGET = 0.5
+IDLE_TARGET = 0.2  # issue 27: idle under 0.2 % of a core (it was 0.5)
 RATE_TARGET = 15.0
 RSS_LIMIT_MIB = soak.RSS_LIMIT_MIB
 
@@ -193,11 +194,33 @@ def bench_rate(seconds: float, rate: float = 10e6) -> tuple[list[kit.Row], dict[
             proc.wait()
         out.close()
         (tmp / "cat.out").unlink(missing_ok=True)
+    analysed = output_analysed(default_state_dir(workspace))
     ratio = results["ours"] / results["cat"] if results["cat"] > 0 else float("inf")
     rows = [kit.Row(f"CPU at 10 MB/s of agent output, {seconds:.0f} s (child.log grew {results['logged_rate']:.1f} MB/s)",
                     f"{results['ours']:.1f} %", f"{results['cat']:.1f} % (`cat > file`)", f"{ratio:.1f}",
                     f"< {RATE_TARGET:.0f} %", results["ours"] < RATE_TARGET)]
+    if analysed:  # the whole call: what the error filter scanned of it, and dropped because it fell behind
+        read, dropped = analysed.get("bytes_read", 0), analysed.get("analysis_dropped_bytes", 0)
+        rows.append(kit.Row(f"error filter at 10 MB/s for {seconds:.0f} s: bytes scanned / dropped unscanned "
+                            f"(of {read / 1e6:.0f} MB read)", f"{(read - dropped) / 1e6:.0f} MB / {dropped / 1e6:.1f} MB",
+                            "", "", "0 dropped", dropped == 0))
     return rows, results
+
+
+def output_analysed(state: Path) -> dict[str, int]:
+    """The run's `output_analysed` event (written when the supervisor exits): bytes read, scanned, dropped."""
+    try:
+        lines = (state / "events.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == "output_analysed":
+            return record
+    return {}
 
 
 # ---------------------------------------------------------------------------------------------- 3. 5 GB
@@ -283,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     kit.become_subreaper()
     parts = set(args.only.split(","))
     idle_s = 10 if args.quick else 60
-    rate_s = 10 if args.quick else 30
+    rate_s = 10 if args.quick else 60  # the target: a minute at 10 MB/s, nothing dropped
     output_bytes = 500_000_000 if args.quick else 5_000_000_000
     iterations = 1_000 if args.quick else 10_000
     load_start = kit.loadavg()

@@ -352,8 +352,8 @@ def test_a_cursor_error_block_is_read_from_its_first_line() -> None:
     assert reply.reply is not None and not reply.failed  # an indented block that is no error stays a reply
 
 
-def test_every_cursor_amp_and_opencode_fixture_cites_where_its_format_comes_from() -> None:
-    for agent in ("cursor", "amp", "opencode"):
+def test_every_fixture_cites_where_its_format_comes_from() -> None:
+    for agent in ("claude", "codex", "gemini", "cursor", "amp", "opencode"):
         sources = (FIXTURES / agent / "SOURCES.md").read_text()
         for path in (FIXTURES / agent).iterdir():
             if path.name == "SOURCES.md":

@@ -362,3 +362,35 @@ def test_a_daily_state_with_a_bad_spend_is_set_aside_with_a_warning(
     assert code == 0
     assert err.count("\n") == 1 and f"warning: daily state {state_file} is unreadable" in err
     assert list((tmp_path / "st").glob("daily-spend.issue-triage.json.corrupt-*"))
+
+
+# ── the lean path: `ralph-supervise check` loads the ledger rules only ─────
+
+
+def test_the_command_s_check_imports_nothing_of_the_supervisor(tmp_path: Path) -> None:
+    ledger = write_ledger(tmp_path / "ledger.json", STUCK)
+    probe = (
+        "import json, sys; from ralph_supervisor.entry import main; code = main(['check', '-f', sys.argv[1], '--json']); "
+        "sys.stdout.flush(); print(json.dumps(sorted(sys.modules)), file=sys.stderr); sys.exit(code)"
+    )
+    # -S: no site, so the editable install's import hook (which loads pathlib and more) is not counted; a
+    # regular install has no such hook. check needs nothing outside the standard library.
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([PY, "-S", "-c", probe, str(ledger)], capture_output=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 2 and json.loads(done.stdout)["trigger"] == "stagnation"
+    loaded = set(json.loads(done.stderr.decode().strip().splitlines()[-1]))
+    assert sorted(m for m in loaded if m.startswith("ralph_supervisor")) == [
+        "ralph_supervisor", "ralph_supervisor.check", "ralph_supervisor.entry", "ralph_supervisor.ledger",
+        "ralph_supervisor.signature",
+    ]
+    heavy = {"structlog", "psutil", "asyncio", "tempfile", "shutil", "subprocess", "datetime", "pathlib"} & loaded
+    assert heavy == set(), f"check imported {sorted(heavy)}"
+
+
+def test_python_m_and_the_console_script_reach_the_same_check(tmp_path: Path) -> None:
+    ledger = write_ledger(tmp_path / "ledger.json", FINE)
+    via_module = subprocess.run([PY, "-m", "ralph_supervisor", "check", "-f", str(ledger)], capture_output=True, timeout=30)
+    assert via_module.returncode == 0 and via_module.stdout.decode().startswith("CONTINUE [ok]")
+    version = subprocess.run([PY, "-m", "ralph_supervisor", "--version"], capture_output=True, timeout=30)
+    assert version.returncode == 0 and version.stdout.decode().startswith("ralph-supervise ")

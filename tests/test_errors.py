@@ -293,3 +293,40 @@ def test_error_lines_in_a_chunk_never_raise_and_match_the_line_by_line_filter(ch
     if b"\\u" not in chunk:  # the one documented difference: \u-escaped ASCII letters inside JSON strings
         expected = [e for raw in chunk.split(b"\n") for e in error_lines(raw.decode("utf-8", "replace"))]
         assert found == expected
+
+
+# --- the candidate scan: Hyperscan and Python's own give the same lines ------------------------------------
+
+from ralph_supervisor.evidence import errors as errors_module  # noqa: E402
+
+SCAN_PIECES = st.sampled_from([
+    "Error:", "error:", "ERROR:", "rror", "RROR", "]: error", "Link: error", "Error occurred", "failed with error",
+    "Exception", "exception", "xceptio", "Fatal", "FATAL", "fatal", '"is_error":true', '"is_error": \ttrue',
+    '"is_error":\ntrue', '"is_error":false', "\n", "\n", "\r\n", " ", "x" * 40, "é", "{", '"',
+])
+
+
+def test_the_scan_engine_is_hyperscan_where_its_wheel_exists() -> None:
+    import platform
+
+    if platform.machine() in ("x86_64", "aarch64"):
+        assert errors_module.scan_engine() == "hyperscan"  # a dependency there: no silent fall back to the slow scan
+    else:
+        assert errors_module.scan_engine() in ("hyperscan", "python")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(SCAN_PIECES, max_size=40).map("".join))
+def test_hyperscan_and_the_python_scan_find_the_same_candidate_lines(text: str) -> None:
+    data = text.encode()
+    fast = errors_module._HYPERSCAN.line_starts(data)
+    if fast is None:
+        pytest.skip("hyperscan is not installed on this platform: only the Python scan runs")
+    assert fast == errors_module._candidate_line_starts(data)
+
+
+def test_candidate_scans_agree_on_the_recorded_agent_outputs() -> None:
+    for path in sorted(p for p in FIXTURES.parent.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        fast = errors_module._HYPERSCAN.line_starts(data)
+        assert fast is None or fast == errors_module._candidate_line_starts(data), path.name

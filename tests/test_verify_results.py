@@ -2,8 +2,8 @@
 
 The fixtures in tests/fixtures/verify/ are real output, recorded from pytest 8, unittest (Python 3.11),
 jest 30, vitest 4 (coloured, as on a TTY, and with NO_COLOR), mocha 11, jest-junit and cargo test 1.9x
-on small projects with passing, failing, erroring and skipped tests (see its README). go test and nextest
-were not installable here: their lines are the formats REFERENCE.md section 7 quotes, written out below.
+on small projects with passing, failing, erroring and skipped tests, and go test 1.19 (plain, `-v`, `-json`,
+a build failure) on a module of two tested packages, and cargo-nextest 0.9.148 (see its README).
 """
 
 from __future__ import annotations
@@ -58,6 +58,21 @@ def counts(r: TestResults) -> tuple[str, int, int, int, int]:
         ("cargo_test_pass.txt", ("cargo", 5, 0, 0, 1)),  # unit tests, an integration test and a doc-test, added up
         ("node_test_tap.txt", ("node", 2, 1, 0, 1)),  # node 20's `node --test` (TAP when not on a terminal)
         ("node_test_spec.txt", ("node", 2, 1, 0, 1)),
+        # go test 1.19, `./...` over calc (4 tests, 2 subtests, 1 skipped; TestSub fails), strs (1) and a
+        # package with no test files. Plain output names only the failing tests: a passing package is one test.
+        ("go_test_pass.txt", ("go", 2, 0, 0, 0)),
+        ("go_test_cached.txt", ("go", 2, 0, 0, 0)),
+        ("go_test.txt", ("go", 1, 1, 0, 0)),  # TestSub, and strs passing; calc's passing tests are not named
+        ("go_test_build_failed.txt", ("go", 1, 0, 1, 0)),  # calc did not build: an error, not a pass
+        ("go_test_v_pass.txt", ("go", 6, 0, 0, 1)),  # every test and subtest by name
+        ("go_test_v.txt", ("go", 5, 1, 0, 1)),
+        ("go_test_json_pass.jsonl", ("go-json", 6, 0, 0, 1)),  # the same counts as -v
+        ("go_test_json.jsonl", ("go-json", 5, 1, 0, 1)),
+        ("go_test_json_build_failed.jsonl", ("go+go-json", 1, 0, 1, 0)),  # the build failure is text on stderr
+        # cargo-nextest 0.9.148 on a crate of 2 unit tests (1 ignored) and an integration test; `subs` fails.
+        ("nextest_pass.txt", ("nextest", 3, 0, 0, 1)),
+        ("nextest.txt", ("nextest", 2, 1, 0, 1)),  # its captured `test result:` line is not read as cargo's
+        ("nextest_status_all.txt", ("nextest", 2, 1, 0, 1)),
     ],
 )
 def test_each_runners_real_summary_gives_its_counts(name: str, expected: tuple[str, int, int, int, int]) -> None:
@@ -120,21 +135,42 @@ def test_cargo_names_each_test_of_each_binary() -> None:
 
 
 def test_go_test_verbose_names_tests_and_plain_counts_packages() -> None:
-    verbose = (
-        "=== RUN   TestAdd\n--- PASS: TestAdd (0.00s)\n=== RUN   TestSub\n    sub_test.go:9: want 1\n"
-        "--- FAIL: TestSub (0.00s)\n--- SKIP: TestLater (0.00s)\n    --- PASS: TestAdd/small (0.00s)\nFAIL\n"
-        "FAIL\texample.com/calc\t0.003s\nok  \texample.com/other\t0.002s\n"
+    verbose = read_results(fixture("go_test_v.txt"), exit_code=1)
+    assert verbose.tests == {
+        "TestAdd": PASSED, "TestSub": FAILED, "TestTable": PASSED, "TestTable/zero": PASSED, "TestTable/one": PASSED,
+        "TestNetwork": SKIPPED, "TestShout": PASSED,
+    }
+    plain = read_results(fixture("go_test.txt"), exit_code=1)
+    assert plain.tests == {"TestSub": FAILED, "example.com/shop/strs": PASSED}  # no package stands for a failure
+    quiet = read_results(fixture("go_test_cached.txt"), exit_code=0)
+    assert quiet.ok and quiet.tests == {"example.com/shop/calc": PASSED, "example.com/shop/strs": PASSED}
+    broken = read_results(fixture("go_test_build_failed.txt"), exit_code=2)
+    assert not broken.ok and broken.named(ERROR) == {"example.com/shop/calc"}
+    only_broken = "# example.com/calc\n./calc.go:3:1: syntax error\nFAIL\texample.com/calc [build failed]\nFAIL\n"
+    assert counts(read_results(only_broken, exit_code=2)) == ("go", 0, 0, 1, 0)
+    none = read_results("ok  \texample.com/calc\t0.002s [no tests to run]\n", exit_code=0)
+    assert none.ran_nothing
+
+
+def test_go_test_json_names_every_test_as_verbose_does() -> None:
+    json_run = read_results(fixture("go_test_json.jsonl"), exit_code=1)
+    assert dict(json_run.tests) == dict(read_results(fixture("go_test_v.txt"), exit_code=1).tests)
+    broken = read_results(fixture("go_test_json_build_failed.jsonl"), exit_code=2)
+    assert broken.tests == {"example.com/shop/calc": ERROR, "TestShout": PASSED}
+    # A test name in two packages stays two tests; a package failing outside its tests is an error.
+    events = (
+        '{"Action":"pass","Package":"a","Test":"TestX"}\n{"Action":"fail","Package":"b","Test":"TestX"}\n'
+        '{"Action":"fail","Package":"b"}\n{"Action":"output","Package":"c","Output":"panic: boom\\n"}\n'
+        '{"Action":"fail","Package":"c"}\n{"Action":"skip","Package":"d"}\n'
     )
-    r = read_results(verbose, exit_code=1)
-    assert r.tests == {"TestAdd": PASSED, "TestSub": FAILED, "TestLater": SKIPPED, "TestAdd/small": PASSED}
-    assert counts(r) == ("go", 2, 1, 0, 1)
-    plain = "--- FAIL: TestSub (0.00s)\nFAIL\nFAIL\texample.com/calc\t0.003s\nok  \texample.com/other\t(cached)\n"
-    r = read_results(plain, exit_code=1)
-    assert counts(r) == ("go", 0, 1, 0, 0)
-    quiet = "ok  \texample.com/calc\t0.003s\nok  \texample.com/other\t(cached)\n"
-    assert read_results(quiet, exit_code=0).tests == {"example.com/calc": PASSED, "example.com/other": PASSED}
-    broken_build = "# example.com/calc\n./calc.go:3:1: syntax error\nFAIL\texample.com/calc [build failed]\n"
-    assert read_results(broken_build, exit_code=1).runner == EXIT_CODE  # nothing ran: only the exit code speaks
+    r = read_results(events, exit_code=1)
+    assert r.tests == {"TestX": PASSED, "b.TestX": FAILED, "c": ERROR}
+    assert counts(r) == ("go-json", 1, 1, 1, 0)
+
+
+def test_go_test_cut_short_keeps_the_tests_it_named() -> None:
+    r = read_results("=== RUN   TestA\n--- PASS: TestA (0.00s)\n--- FAIL: TestB (0.01s)\n", exit_code=None)
+    assert counts(r) == ("go", 1, 1, 0, 0)
 
 
 def test_node_test_names_its_tests_from_the_tap_lines() -> None:
@@ -144,14 +180,15 @@ def test_node_test_names_its_tests_from_the_tap_lines() -> None:
 
 
 def test_nextest_summary_and_lines() -> None:
-    text = (
+    r = read_results(fixture("nextest.txt"), exit_code=100)
+    assert r.tests == {"calc tests::adds": PASSED, "calc::it from_outside": PASSED, "calc tests::subs": FAILED}
+    every = read_results(fixture("nextest_status_all.txt"), exit_code=100)
+    assert every.tests == {**r.tests, "calc tests::later": SKIPPED}  # `--status-level all` names the skipped too
+    older = (  # the lines without the (n/m) counter, as REFERENCE.md section 7 quotes them
         "        PASS [   0.004s] calc tests::adds\n        FAIL [   0.005s] calc tests::subs\n"
-        "        SKIP [   0.000s] calc tests::later\n"
         "     Summary [   1.200s] 43 tests run: 41 passed, 2 failed, 1 skipped\n"
     )
-    r = read_results(text, exit_code=100)
-    assert counts(r) == ("nextest", 41, 2, 0, 1)
-    assert r.tests == {"calc tests::adds": PASSED, "calc tests::subs": FAILED, "calc tests::later": SKIPPED}
+    assert read_results(older, exit_code=100).tests == {"calc tests::adds": PASSED, "calc tests::subs": FAILED}
 
 
 def test_junit_xml_wins_over_the_summary_and_names_every_test() -> None:

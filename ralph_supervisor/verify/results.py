@@ -16,6 +16,7 @@ Pure: text in, a `TestResults` value out; nothing here runs a process or reads a
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Mapping
@@ -339,36 +340,93 @@ def read_mocha(text: str) -> TestResults | None:
 
 # go test ----------------------------------------------------------------------------------------------
 
-_GO_TEST = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+) \([\d.]+s\)", re.MULTILINE)
-_GO_PACKAGE = re.compile(r"^(ok|FAIL)\s+(\S+)\s+(?:[\d.]+s|\(cached\))(?!.*\[no tests to run\])", re.MULTILINE)
+_GO_LINE = re.compile(
+    r"^\s*--- (?P<word>PASS|FAIL|SKIP): (?P<name>\S+) \([\d.]+s\)"
+    r"|^(?P<verdict>ok|FAIL)\s+(?P<package>\S+)\s+(?:(?:[\d.]+s|\(cached\))(?P<none>.*\[no tests to run\])?"
+    r"|\[(?:build|setup) failed\])",
+    re.MULTILINE,
+)
 _GO_OUTCOME = {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED}
+_GO_JSON_OUTCOME = {"pass": PASSED, "fail": FAILED, "skip": SKIPPED}
+_GO_JSON_ACTION = re.compile(r'^\{.*"Action":"(?:pass|fail|skip)"', re.MULTILINE)
 
 
 def read_go(text: str) -> TestResults | None:
     """go test's `--- FAIL: TestName (0.00s)` (and `-v`'s `--- PASS`), `ok  pkg 0.1s` and `FAIL pkg`.
 
-    Without `-v`, a passing package names no test: it counts as one passing test named by the package,
-    and a failing package with no `--- FAIL` line (a build failure) as one error.
+    Read in order, so each package's verdict line closes the test lines printed before it. A package whose
+    tests are not named (plain `go test` names only the failing ones) counts as one test named by the
+    package: passing when `ok`, an error when it failed with no failing test named (a build failure, a
+    panic in `TestMain`). The counts are then packages more than tests; `-v` or `-json` names every test.
     """
-    cases = _GO_TEST.findall(text)
-    packages = _GO_PACKAGE.findall(text)
-    if not cases and not packages:
+    pairs: list[tuple[str, str]] = []
+    pending: list[tuple[str, str]] = []
+    seen = False
+    for match in _GO_LINE.finditer(text):
+        seen = True
+        if match["word"]:
+            pending.append((match["name"], _GO_OUTCOME[match["word"]]))
+            continue
+        if match["none"]:
+            pending.clear()  # `ok pkg 0.1s [no tests to run]`: nothing ran there
+            continue
+        package, ok = match["package"], match["verdict"] == "ok"
+        if not pending:
+            pairs.append((package, PASSED if ok else ERROR))
+        elif not ok and not any(outcome == FAILED for _, outcome in pending):
+            pairs.extend(pending)
+            pairs.append((package, ERROR))
+        else:
+            pairs.extend(pending)
+        pending = []
+    pairs.extend(pending)  # output cut short before its package's verdict
+    if not seen:
         return None
-    pairs = [(name, _GO_OUTCOME[word]) for word, name in cases]
-    tests = _bounded(pairs)
+    return _go_results("go", pairs)
+
+
+def read_go_json(text: str) -> TestResults | None:
+    """`go test -json`'s events: one `pass`, `fail` or `skip` action per test and per package (test2json).
+
+    A package that failed with no failing test of its own (a panic outside a test, `FailedBuild` in Go
+    1.24+) counts as one error named by the package; a package's own `skip` is "no test files". Lines that
+    are not JSON (Go before 1.24 prints build failures as text on stderr) are left to `read_go`.
+    """
+    if not _GO_JSON_ACTION.search(text):
+        return None
+    tests: dict[str, str] = {}
+    packages_of: dict[str, str] = {}  # a test's name to the first package that ran one of that name
+    failed_packages: list[str] = []
+    failing_in: set[str] = set()
+    for line in text.splitlines():
+        if not line.startswith("{") or '"Action":"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        action, package, test = event.get("Action"), event.get("Package"), event.get("Test")
+        if action not in ("pass", "fail", "skip") or not isinstance(package, str):
+            continue
+        if isinstance(test, str):
+            home = packages_of.setdefault(test, package)
+            tests[test if home == package else f"{package}.{test}"] = _GO_JSON_OUTCOME[action]
+            if action == "fail":
+                failing_in.add(package)
+        elif action == "fail":
+            failed_packages.append(package)
+    pairs = list(tests.items()) + [(package, ERROR) for package in failed_packages if package not in failing_in]
+    return _go_results("go-json", pairs)
+
+
+def _go_results(runner: str, pairs: list[tuple[str, str]]) -> TestResults:
     counts = dict.fromkeys(OUTCOMES, 0)
-    for outcome in tests.values():
+    for _name, outcome in pairs:
         counts[outcome] += 1
-    failing_names = any(outcome == FAILED for outcome in tests.values())
-    for verdict, package in packages:
-        if verdict == "ok" and not cases:
-            tests.setdefault(package, PASSED)
-            counts[PASSED] += 1
-        elif verdict == "FAIL" and not failing_names:
-            tests.setdefault(package, ERROR)
-            counts[ERROR] += 1
-    return TestResults(runner="go", passed=counts[PASSED], failed=counts[FAILED], errors=counts[ERROR],
-                       skipped=counts[SKIPPED], tests=tests)
+    return TestResults(runner=runner, passed=counts[PASSED], failed=counts[FAILED], errors=counts[ERROR],
+                       skipped=counts[SKIPPED], tests=_bounded(pairs))
 
 
 # cargo test and nextest -------------------------------------------------------------------------------
@@ -395,7 +453,10 @@ def read_cargo(text: str) -> TestResults | None:
 
 
 _NEXTEST_SUMMARY = re.compile(r"^\s*Summary \[\s*[\d.]+s\]\s+(\d+) tests? run: (.*)$", re.MULTILINE)
-_NEXTEST_TEST = re.compile(r"^\s*(PASS|FAIL|SKIP|TIMEOUT|SIGSEGV|SIGABRT) \[\s*[\d.]+s\] (\S.*?)\s*$", re.MULTILINE)
+_NEXTEST_TEST = re.compile(
+    r"^\s*(PASS|FAIL|SKIP|TIMEOUT|SIGSEGV|SIGABRT) \[\s*(?:[\d.]+s)?\s*\] (?:\([\d/\u2500]+\) )?(\S.*?)\s*$", re.MULTILINE
+)
+"""`PASS [   0.012s] (1/3) calc tests::adds`; a skipped test (`--status-level all`) has `[         ] (───)`."""
 _NEXTEST_OUTCOME = {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED, "TIMEOUT": FAILED, "SIGSEGV": FAILED, "SIGABRT": FAILED}
 
 
@@ -446,6 +507,7 @@ PARSERS: Mapping[str, Callable[[str], TestResults | None]] = {
     "vitest": read_vitest,
     "mocha": read_mocha,
     "go": read_go,
+    "go-json": read_go_json,
     "cargo": read_cargo,
     "nextest": read_nextest,
     "node": read_node,
