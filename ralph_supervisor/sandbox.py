@@ -197,19 +197,12 @@ class Box:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=str(self.workspace))
         except OSError as exc:
             return f"--sandbox bwrap: bubblewrap cannot run ({exc.strerror or exc})"
-        try:
-            try:
-                _, err = proc.communicate(timeout=PROBE_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                return f"--sandbox bwrap: bubblewrap did not start the box in {PROBE_TIMEOUT:.0f} s"
-        finally:
-            HELPERS.done(proc.pid)
-        if proc.returncode == 0:
+        code, last = HELPERS.wait_briefly(proc, PROBE_TIMEOUT)
+        if code is None:
+            return f"--sandbox bwrap: bubblewrap did not start the box in {PROBE_TIMEOUT:.0f} s"
+        if code == 0:
             return None
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        reason = lines[-1] if lines else f"exit code {proc.returncode}"
+        reason = last or f"exit code {code}"
         hint = ""
         if "namespace" in reason.lower() or "operation not permitted" in reason.lower():
             hint = (" (no user namespaces for this user: enable them, kernel.unprivileged_userns_clone=1, or "

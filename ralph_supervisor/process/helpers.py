@@ -37,6 +37,21 @@ class Helpers:
         with self.lock:
             self._pids.discard(pid)
 
+    def wait_briefly(self, proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, str]:
+        """Wait at most `timeout` seconds for a helper started with `stderr=PIPE` (killed after that), and
+        say it is done: (its exit code, None when it was killed for the time; its last line on stderr)."""
+        try:
+            try:
+                _, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                return None, ""
+        finally:
+            self.done(proc.pid)
+        lines = (err or b"").decode("utf-8", "replace").strip().splitlines()
+        return proc.returncode, lines[-1] if lines else ""
+
     def __contains__(self, pid: object) -> bool:
         return pid in self._pids
 

@@ -133,21 +133,14 @@ def render_apart(state_dir: Path, *, timeout: float = 120.0,
     proc = HELPERS.popen([sys.executable, "-m", "ralph_supervisor.report", str(state_dir)], env=env,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          close_fds=True)
-    try:
-        if started is not None:
-            started(proc)
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return f"the report took more than {timeout:g} s and was ended"
-    finally:
-        HELPERS.done(proc.pid)
-    if proc.returncode == 0:
+    if started is not None:
+        started(proc)
+    code, last = HELPERS.wait_briefly(proc, timeout)
+    if code is None:
+        return f"the report took more than {timeout:g} s and was ended"
+    if code == 0:
         return None
-    lines = err.decode("utf-8", "replace").strip().splitlines()
-    return lines[-1][:300] if lines else f"the report's process exited {proc.returncode}"
+    return last[:300] or f"the report's process exited {code}"
 
 
 class ReportWriter:
