@@ -49,7 +49,11 @@ def test_the_live_reply_and_the_reply_from_the_files_have_the_same_keys(tmp_path
         proc.terminate()
         proc.wait(timeout=60)
     assert live["schema"] == 1 and live["supervisor"]["running"] and live["child"]["running"]
-    from_files = status.collect(state_dir)
+    done = subprocess.run(supervise_argv("status", "--json", "--state-dir", str(state_dir), "-w", str(ws)),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    from_files = json.loads(done.stdout)  # the same command, now that none runs: the answer from the files
     assert not from_files["supervisor"]["running"]
+    assert set(from_files) == set(status.collect(state_dir)) | {"worktrees"}  # `status` adds the worktrees' loops
     extras = {"current", "tree", "tap"}  # the watch view's, live only
     assert set(live) - extras == set(from_files) - {"warning"}, set(live) ^ set(from_files)
