@@ -207,3 +207,30 @@ def test_any_gitignore_text_gives_rules_never_an_error(here: Path, text: str) ->
     assert rules.is_ignored("sub/a/b", is_dir=False) in (True, False)
     (empty(here) / ".gitignore").write_text(text, encoding="utf-8")
     assert load_ignore_rules(here, state_dir=None).is_ignored("a", is_dir=False) in (True, False)
+
+
+def test_two_threads_match_the_same_rules_at_once_without_an_error() -> None:
+    """The watcher's thread and the priming thread ask the same rules at the same time. pathspec would pick
+    its hyperscan backend when hyperscan is installed, whose shared scratch space raises ScratchInUseError
+    then: the rules use pathspec's own matcher."""
+    import threading
+
+    rules = rules_with("*.log\nbuild/\n!keep.log\n/data/*.csv\n", nested={"web": "dist/\n*.map\n"})
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def ask() -> None:
+        start.wait()
+        try:
+            for i in range(20_000):
+                rules.is_ignored_entry("web" if i % 2 else "", f"f{i}.log", is_dir=False)
+        except BaseException as exc:  # noqa: BLE001 - what the other thread's scan may raise
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert rules.is_ignored_entry("", "f1.log", is_dir=False) and not rules.is_ignored_entry("", "keep.log", is_dir=False)

@@ -42,22 +42,29 @@ VENV_MARKER = "pyvenv.cfg"
 """A directory holding this file is a virtual environment, whatever its name."""
 
 
+def _gitignore(lines: list[str]) -> pathspec.PathSpec:
+    # pathspec's own matcher: with hyperscan installed (the error filter's) pathspec would pick its hyperscan
+    # backend, whose one scratch space per database raises ScratchInUseError when two threads match at once
+    # (the watcher's and the priming thread do)
+    return pathspec.GitIgnoreSpec.from_lines(lines, backend="simple")
+
+
 def _spec(lines: Iterable[str]) -> pathspec.PathSpec | None:
     cleaned = [line.rstrip("\r\n") for line in lines]
     if not any(line.strip() and not line.lstrip().startswith("#") for line in cleaned):
         return None
     try:
-        return pathspec.GitIgnoreSpec.from_lines(cleaned)
+        return _gitignore(cleaned)
     except Exception:  # noqa: BLE001 - pathspec raises its own errors and re.error: keep what git would keep
         kept = []
         for line in cleaned:
             try:
-                pathspec.GitIgnoreSpec.from_lines([line])
+                _gitignore([line])
             except Exception:  # noqa: BLE001
                 log.warning("ignore_pattern_invalid", pattern=line[:200])
                 continue
             kept.append(line)
-        return pathspec.GitIgnoreSpec.from_lines(kept) if kept else None
+        return _gitignore(kept) if kept else None
 
 
 @dataclass(frozen=True)
