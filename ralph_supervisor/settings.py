@@ -348,7 +348,8 @@ OPTIONS: tuple[Option, ...] = (
            "after three back-offs the open is final (trigger outage)",
            ("RALPH_SUPERVISE_OUTAGE_MAX",), metavar="MINUTES"),
     Option("memory_max", "--memory-max", _size(1 << 20), None,
-           "bound the memory of the loop's cgroup (an OOM kill inside it fails the call it hit; needs a cgroup)",
+           "bound the memory of the loop's cgroup, and of the verify's (an OOM kill inside it fails the call it "
+           "hit; needs a cgroup)",
            ("RALPH_SUPERVISE_MEMORY_MAX",), metavar="SIZE"),
     Option("cpu_max", "--cpu-max", _number(0, above=True), None,
            "bound the CPU of the loop's cgroup, in percent of one CPU (200: two CPUs' worth; needs a cgroup)",

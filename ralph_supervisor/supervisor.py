@@ -97,7 +97,8 @@ from ralph_supervisor.process.orphans import (
     record_path,
     sweep_orphans,
 )
-from ralph_supervisor.process.cgroup import Limits, LoopCgroup
+from ralph_supervisor.process.cgroup import RECORD as CGROUP_RECORD
+from ralph_supervisor.process.cgroup import VERIFY_RECORD, Limits, LoopCgroup
 from ralph_supervisor.process.cgroup import sweep as sweep_cgroup
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import loop_stdin, spawn
@@ -224,6 +225,18 @@ class Supervisor:
          else log.info("cgroup_unavailable", reason=no_cgroup, fallback="the tree is paused and stopped by signals"))
         if self.cgroup is not None:
             self.metrics.follow_cgroup(self.cgroup.figures)
+        self.verify_cgroup: LoopCgroup | None = None
+        """The verify's cgroup: the tree's bounds (--memory-max, ...) for the agent's tests too."""
+        limits = Limits(settings.memory_max, settings.cpu_max, settings.tasks_max)
+        if self.verify is not None and self.cgroup is not None and limits.any:
+            self.verify_cgroup, no_verify_cgroup = LoopCgroup.create(self.state_dir, limits, record=VERIFY_RECORD,
+                                                                     role="verify")
+            if self.verify_cgroup is not None:
+                self.verify.verifier.enter = self.verify_cgroup.enter
+                log.info("cgroup_made", path=str(self.verify_cgroup.path), role="verify")
+            else:
+                log.warning("cgroup_unavailable", reason=no_verify_cgroup, role="verify",
+                            fallback="the verify runs without the tree's bounds")
         # report.html at every open (and at exit), rendered on a thread; its git calls stay out of the tree.
         self.report_writer = ReportWriter(self.state_dir)
         self.actions = TreeActions(self.tree, grace=settings.grace, metrics=self.metrics,
@@ -379,6 +392,8 @@ class Supervisor:
             log.info(events.CGROUP_FIGURES, **figures.to_dict())
         if self.cgroup is not None and not self.cgroup.remove(self.state_dir):
             log.warning("cgroup_left", path=str(self.cgroup.path), hint="swept at the next start")
+        if self.verify_cgroup is not None and not self.verify_cgroup.remove(self.state_dir, record=VERIFY_RECORD):
+            log.warning("cgroup_left", path=str(self.verify_cgroup.path), hint="swept at the next start")
         self.child_log.close()
         self.records.close()
         if self.guard is not None:
@@ -1100,9 +1115,10 @@ def run_supervisor(settings: Settings) -> int:
     try:
         swept = sweep_orphans(record_path(settings.state_dir), grace=min(settings.grace, 2.0))
         (log.warning if swept else log.info)(events.ORPHANS_SWEPT, count=swept)
-        left = sweep_cgroup(settings.state_dir)  # the loop's cgroup a crashed supervisor left
-        if left is not None:
-            log.warning("cgroup_swept", path=left)
+        for record in (CGROUP_RECORD, VERIFY_RECORD):  # the loop's and the verify's cgroups a crash left
+            left = sweep_cgroup(settings.state_dir, record)
+            if left is not None:
+                log.warning("cgroup_swept", path=left)
         limits = Limits(settings.memory_max, settings.cpu_max, settings.tasks_max)
         cgroup = LoopCgroup.create(settings.state_dir, limits)
         if cgroup[0] is None and limits.any:  # never unbounded when a bound was asked for

@@ -248,3 +248,29 @@ def test_where_cgroup_v2_gives_the_controllers_the_bounds_go_through_them(tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_verify_runs_under_the_trees_bounds_in_a_cgroup_of_its_own(tmp_path: Path) -> None:
+    """The agent's tests are the agent's code: `--memory-max` bounds the verify too (a sibling cgroup of the
+    loop's, never frozen with the tree), and it is gone when the run ends."""
+    cgroup_or_skip(tmp_path)
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("a project\n")
+    mark = tmp_path / "allocated"
+    verify = (f"python3 -c 'b = bytearray(200 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096]); "
+              f"open(\"{mark}\", \"w\").write(\"200 MB\")'")
+    done = subprocess.run(supervise_argv("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                                         "-w", str(workspace), "--memory-max", "64M", "--verify", verify, "--",
+                                         "sleep", "1"),
+                          capture_output=True, timeout=120)
+    state_dir = state_dir_of(workspace)
+    made = [e for e in events(state_dir, "cgroup_made") if e.get("role") == "verify"]
+    assert len(made) == 1 and PREFIX in made[0]["path"] and "-verify-" in made[0]["path"], made
+    (finished,) = events(state_dir, "verify_finished")
+    assert finished["exit"] != 0, finished
+    assert not mark.exists(), "the verify allocated past --memory-max"
+    subprocess.run(["sh", "-c", verify], timeout=60, check=True)  # outside the bounds the same command can
+    assert mark.exists()
+    assert not Path(made[0]["path"]).exists() and not (state_dir / "cgroup-verify.json").exists()
+    assert done.returncode == 0, done.stderr.decode()[-2000:]

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 RECORD = "cgroup.json"
+VERIFY_RECORD = "cgroup-verify.json"
+"""The verify's cgroup, a sibling of the loop's with the same bounds (a verify is never frozen with the tree)."""
 """The state folder's record of the loop's cgroup (its path), for the sweep after a crash."""
 PREFIX = "ralph-loop-"
 
@@ -127,9 +129,11 @@ class LoopCgroup:
         return [self.path, *self.v1.values()]
 
     @classmethod
-    def create(cls, state_dir: Path, limits: Limits = Limits()) -> tuple[LoopCgroup | None, str | None]:
+    def create(cls, state_dir: Path, limits: Limits = Limits(), *, record: str = RECORD,
+               role: str = "") -> tuple[LoopCgroup | None, str | None]:
         """Make the loop's cgroup under our own (and, for `limits` and the figures, its v1 siblings), set the
-        bounds and record it; (None, why) where that cannot be done."""
+        bounds and record it (`record`: the file in the state folder; `role`: a word in the folder's name, for
+        the verify's); (None, why) where that cannot be done."""
         try:
             mountinfo = Path("/proc/self/mountinfo").read_text()
             proc_cgroup = Path("/proc/self/cgroup").read_text()
@@ -141,7 +145,7 @@ class LoopCgroup:
         if own is None:
             return None, "the supervisor is in no cgroup v2 (/proc/self/cgroup has no 0:: line)"
         parent = mount / own.lstrip("/")
-        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
+        name = f"{PREFIX}{os.getpid()}-{role + '-' if role else ''}{secrets.token_hex(3)}"
         path = parent / name
         try:
             path.mkdir()
@@ -157,7 +161,7 @@ class LoopCgroup:
         problem = cgroup._bound(limits, name, v1_mounts(mountinfo), own_v1_paths(proc_cgroup))
         if problem is None:
             try:
-                (state_dir / RECORD).write_text(json.dumps({"path": str(path), "v1": [str(p) for p in cgroup.v1.values()],
+                (state_dir / record).write_text(json.dumps({"path": str(path), "v1": [str(p) for p in cgroup.v1.values()],
                                                             "pid": os.getpid()}) + "\n")
             except OSError as exc:
                 problem = f"cannot record the cgroup in {state_dir}: {exc.strerror or exc}"
@@ -280,7 +284,7 @@ class LoopCgroup:
             time.sleep(0.005)
         return len(left)
 
-    def remove(self, state_dir: Path, timeout: float = 2.0) -> bool:
+    def remove(self, state_dir: Path, timeout: float = 2.0, *, record: str = RECORD) -> bool:
         """Kill what is left, remove the folder and its record; False when it would not go."""
         self.kill()
         for folder in (self.path, *self.v1.values()):  # each its own time: one that will not go keeps no other
@@ -290,17 +294,17 @@ class LoopCgroup:
         gone = not any(folder.exists() for folder in self.paths)
         if gone:
             try:
-                (state_dir / RECORD).unlink()
+                (state_dir / record).unlink()
             except OSError:
                 pass
         return gone
 
 
-def sweep(state_dir: Path) -> str | None:
-    """A cgroup a crashed supervisor left (its record in the state folder): killed and removed. The path
-    removed, or None when there was none."""
+def sweep(state_dir: Path, name: str = RECORD) -> str | None:
+    """A cgroup a crashed supervisor left (its record `name` in the state folder): killed and removed. The
+    path removed, or None when there was none."""
     try:
-        record = json.loads((state_dir / RECORD).read_text())
+        record = json.loads((state_dir / name).read_text())
     except (OSError, ValueError):
         return None
     path = Path(str(record.get("path", ""))) if isinstance(record, dict) else None
@@ -308,7 +312,7 @@ def sweep(state_dir: Path) -> str | None:
         return None
     v1 = [Path(str(p)) for p in record.get("v1", []) if isinstance(p, str)] if isinstance(record.get("v1"), list) else []
     v1 = [p for p in v1 if p.name == path.name and "cgroup" in str(p)]
-    LoopCgroup(path, {str(i): p for i, p in enumerate(v1)}).remove(state_dir)
+    LoopCgroup(path, {str(i): p for i, p in enumerate(v1)}).remove(state_dir, record=name)
     return str(path)
 
 

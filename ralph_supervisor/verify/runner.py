@@ -238,6 +238,8 @@ class Verifier:
     def __init__(self, plan: VerifyPlan, store: SnapshotStore, *,
                  on_finished: Callable[[VerifyRun], None] = lambda run: None, rerun_broken: bool = True) -> None:
         self.plan = plan
+        self.enter: Callable[[], None] | None = None
+        """Run in each verify's process before its exec: it enters the verify's cgroup (the tree's bounds)."""
         self.rerun_broken = rerun_broken
         """Run a newly failing test's command once more before it counts (off with --regression 0)."""
         self.store = store
@@ -471,7 +473,8 @@ class Verifier:
         argv = [self.plan.python, "-I", str(BOX), str(status), "--", *command]
         try:
             proc = HELPERS.popen(argv, cwd=tree, env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True,
+                                 preexec_fn=self.enter)
         except OSError as exc:
             return None, output, (), f"the verify could not start: {exc.strerror or exc}"
         with self._lock:
