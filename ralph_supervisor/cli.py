@@ -129,7 +129,7 @@ def build_run_settings(argv: Sequence[str], env: dict[str, str] | None = None) -
 
 def cmd_run(argv: Sequence[str]) -> int:
     settings = build_run_settings(argv)
-    from ralph_supervisor.supervisor import run_supervisor
+    from ralph_supervisor.daemon import run_supervisor
 
     return run_supervisor(settings)
 

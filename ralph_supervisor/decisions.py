@@ -1,9 +1,9 @@
 """The decision path: what a breaker decision or a control request means for the tree.
 
-Pure. The supervisor applies every decision through one `Supervisor.apply`, in one order: the history line
-first, then `state.json` (whoever sees the new state finds its transition already written), then the tree
-action this module names, then what follows an open (the summary, the hook, the notices). A breaker open
-and a `pause` request differ only in the plan they get here.
+Pure. The supervisor applies every decision through one `Applier.apply` (`runtime/apply.py`), in one order:
+the history line first, then `state.json` (whoever sees the new state finds its transition already written),
+then the tree action this module names, then what follows an open (the summary, the hook, the notices). A
+breaker open and a `pause` request differ only in the plan they get here.
 
     >>> plan_for(Decision("open", State.OPEN, "no-progress", "stuck", 9), on_open="pause")
     <Plan.PAUSE: 'pause'>

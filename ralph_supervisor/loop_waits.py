@@ -1,6 +1,6 @@
 """The waits the loop cannot avoid, seen from the supervisor: the usage ceiling and API outages.
 
-The supervisor freezes the tree for both exactly as for a usage limit (`Supervisor._begin_limit_wait`); this
+The supervisor freezes the tree for both exactly as for a usage limit (`runtime/wait_episode.py`); this
 part decides when, and says what it sees: the `usage_high`, `usage_ceiling`, `outage_started` and
 `outage_ended` events, one notice at each end of an outage, the metrics, and the live fields of `status`.
 The rules themselves are pure (`usage_headroom.py`, `outage.py`); the agents' formats are read in
@@ -45,8 +45,6 @@ class LoopWaits:
         self.headroom = UsageHeadroom(ceiling=settings.usage_ceiling, no_overage=settings.no_overage,
                                       margin_s=settings.limit_wait_margin)
         self.outage = Outage(settings.outage_max * 60.0)
-        self.kind = "limit"
-        """The kind of the freeze in progress (`limit_wait.Wait.kind`), for the countdown and `status`."""
         self._usage: dict[int, UsageReport] = {}
         self._shown: dict[str, float | None] = {}
 
@@ -147,11 +145,12 @@ class LoopWaits:
 
     # ------------------------------------------------------------------ what status shows
 
-    def status(self, now: float, *, frozen: bool) -> dict[str, Any]:
+    def status(self, now: float, *, frozen_for: str | None) -> dict[str, Any]:
+        """The live fields of `status`; `frozen_for`: the kind of the freeze in progress (`Wait.kind`), if any."""
         since = self.outage.since
         return {
             "outage_since": None if since is None else store.iso_utc(since),
             "outage_message": self.outage.message or None,
-            "wait_kind": self.kind if frozen else None,
+            "wait_kind": frozen_for,
             "usage": [w.to_dict() for w in self.headroom.shown(now)],
         }

@@ -17,7 +17,7 @@ from ralph_supervisor import status, store
 from ralph_supervisor.breaker import Breaker, State
 from ralph_supervisor.files import daily_spend_json, history_jsonl, state_json
 from ralph_supervisor.settings import Settings, load_settings
-from ralph_supervisor.supervisor import load_breaker
+from ralph_supervisor.runtime.keeping import load_breaker
 from ralph_supervisor.triggers import TRIGGERS
 from tests.helpers.fuzzing import (
     CHEAP,
