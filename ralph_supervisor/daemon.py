@@ -125,7 +125,7 @@ def _sweep_and_supervise(settings: Settings, terminal: Terminal) -> tuple[int, b
     cgroup = LoopCgroup.create(settings.state_dir, limits)
     if cgroup[0] is None and limits.any:  # never unbounded when a bound was asked for
         print(f"ralph-supervise: {cgroup[1]}", file=sys.stderr)
-        log.error("cgroup_unavailable", reason=cgroup[1])
+        log.error(events.CGROUP_UNAVAILABLE, reason=cgroup[1])
         return 1, False
     return asyncio.run(_supervise(settings, terminal, cgroup))
 

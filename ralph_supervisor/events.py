@@ -58,10 +58,13 @@ USAGE_HIGH = "usage_high"
 # -- the loop's cgroup -----------------------------------------------------------------------------
 CGROUP_FIGURES = "cgroup_figures"
 CGROUP_OOM = "cgroup_oom"
+CGROUP_UNAVAILABLE = "cgroup_unavailable"
+"""`reason`: no cgroup could be made (the signals work alone, or `run` stops when a bound was asked for)."""
 
 # -- warnings written in more than one place -------------------------------------------------------
 REPORT_UNWRITABLE = "report_unwritable"
 SHIMS_UNAVAILABLE = "shims_unavailable"
+CONTROL_SOCKET_UNAVAILABLE = "control_socket_unavailable"
 VERIFY_UNFINISHED = "verify_unfinished"
 
 # -- the `reason` of `tree_stopped` ----------------------------------------------------------------

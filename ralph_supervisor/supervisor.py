@@ -135,7 +135,7 @@ class Supervisor:
         self.cgroup, no_cgroup = cgroup if cgroup is not None else LoopCgroup.create(state_dir)
         """The loop's own cgroup (process/cgroup.py), None where none can be made (the signals work alone)."""
         (log.info("cgroup_made", path=str(self.cgroup.path)) if self.cgroup is not None
-         else log.info("cgroup_unavailable", reason=no_cgroup, fallback="the tree is paused and stopped by signals"))
+         else log.info(events.CGROUP_UNAVAILABLE, reason=no_cgroup, fallback="the tree is paused and stopped by signals"))
         if self.cgroup is not None:
             self.metrics.follow_cgroup(self.cgroup.figures)
         self.verify_cgroup = self._make_verify_cgroup()
@@ -242,7 +242,7 @@ class Supervisor:
             self.verify.verifier.enter = made.enter
             log.info("cgroup_made", path=str(made.path), role="verify")
         else:
-            log.warning("cgroup_unavailable", reason=why, role="verify",
+            log.warning(events.CGROUP_UNAVAILABLE, reason=why, role="verify",
                         fallback="the verify runs without the tree's bounds")
         return made
 
@@ -275,7 +275,7 @@ class Supervisor:
         try:
             await self.control.start()  # type: ignore[union-attr]
         except OSError as exc:
-            log.warning("control_socket_unavailable", error=str(exc))
+            log.warning(events.CONTROL_SOCKET_UNAVAILABLE, error=str(exc))
             self.control = self.keeping.control = None
         self._serve_metrics()
         log.info(events.SUPERVISOR_STARTED, pid=os.getpid(), workspace=str(settings.workspace),

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from ralph_supervisor import state_folder
+from ralph_supervisor import events, state_folder
 from ralph_supervisor.breaker import Breaker
 from ralph_supervisor.breaker.snapshot import Snapshot
 from ralph_supervisor.control import ControlError
@@ -77,7 +77,7 @@ class Keeping:
             try:
                 await self.control.rebind()
             except (OSError, ControlError) as exc:
-                log.warning("control_socket_unavailable", error=str(exc))
+                log.warning(events.CONTROL_SOCKET_UNAVAILABLE, error=str(exc))
 
     def close(self) -> None:
         if self.guard is not None:
