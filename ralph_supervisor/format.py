@@ -1,7 +1,7 @@
 """How a value is written for a person: one function per kind of value, so two views never disagree.
 
 Times of day (local) and timestamps (UTC), durations, dollars, byte sizes, Markdown table cells and code
-spans. Pure and total: a value that is not what it should be gives a fallback text, never an exception
+spans, sparklines. Pure and total: a value that is not what it should be gives a fallback text, never an exception
 (every view reads files any process may have damaged).
 
     >>> duration(3725)
@@ -15,6 +15,7 @@ spans. Pure and total: a value that is not what it should be gives a fallback te
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from ralph_supervisor.text import one_line
@@ -41,14 +42,19 @@ def time_of_day(value: Any, form: str = "%H:%M", *, otherwise: str | None = None
     return str(value) if otherwise is None else otherwise
 
 
-def utc_time(t: float | None, form: str = "%Y-%m-%d %H:%M:%S UTC") -> str:
-    """`2026-12-01 17:10:23 UTC` (or `form`) for a Unix time, or `?`."""
+def utc_time(t: float | None, form: str = "%Y-%m-%d %H:%M:%S UTC", *, otherwise: str = "?") -> str:
+    """`2026-12-01 17:10:23 UTC` (or `form`: `%H:%M:%S` for a table's column) for a Unix time, or `otherwise`."""
     if t is None:
-        return "?"
+        return otherwise
     try:
         return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime(form)
     except (OverflowError, OSError, ValueError):
-        return "?"
+        return otherwise
+
+
+def utc_clock(t: float | None) -> str:
+    """`17:10 UTC`, or `?`: a moment of today's story (a limit's reset, an outage's start) in the report."""
+    return utc_time(t, "%H:%M UTC")
 
 
 def duration(seconds: float | None) -> str:
@@ -103,3 +109,23 @@ def md_code(text: str, limit: int = 200) -> str:
     """A code span: one line, no backtick inside, `(empty)` when empty."""
     flat = one_line(text, limit).replace("`", "'")
     return f"`{flat}`" if flat else "`(empty)`"
+
+
+# -- series --------------------------------------------------------------------------------------------
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 60) -> str:
+    """Values as block characters, at most `width` wide (each character the largest of its share)."""
+    if not values:
+        return ""
+    width = max(1, width)
+    if len(values) > width:
+        size = len(values) / width
+        values = [max(values[int(i * size):max(int(i * size) + 1, int((i + 1) * size))]) for i in range(width)]
+    top = max(values)
+    if top <= 0:
+        return SPARK[0] * len(values)
+    return "".join(SPARK[0] if v <= 0 else SPARK[min(len(SPARK) - 1, 1 + int((v / top) * (len(SPARK) - 2)))]
+                   for v in values)

@@ -83,7 +83,7 @@ class Notice:
     iteration: int
     reason: str = ""
     verdict: str = ""
-    """The report's verdict line for this moment (`report.account.verdict_line`)."""
+    """The report's verdict line for this moment (`report.verdict.verdict_line`)."""
     key: str = ""
     page: str = ""
     """The loop's page while `ralph-supervise serve` runs (its address only, never a token), else empty."""
@@ -98,7 +98,7 @@ def _project_name(workspace: str) -> str:
 
 def _verdict(status: str, by: str, trigger: str, iteration: int, code: int | None = None,
              until: float | None = None) -> str:
-    from ralph_supervisor.report.account import verdict_line
+    from ralph_supervisor.report.verdict import verdict_line
 
     return verdict_line(status, by, trigger=trigger, iteration=iteration, code=code, until=until)
 

@@ -29,7 +29,7 @@ from rich.text import Text
 from ralph_supervisor import control, events, rotating
 from ralph_supervisor.rotating import complete_lines, tail_lines
 from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
-from ralph_supervisor.format import time_of_day
+from ralph_supervisor.format import sparkline, time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
 from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
@@ -153,8 +153,6 @@ def is_supervisor_started(record: Mapping[str, Any]) -> bool:
 
 def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
     """The report's timeline in small: changes (files and commits) and errors of the last iterations."""
-    from ralph_supervisor.report.account import sparkline
-
     rows = list(recent)[-width:]
     changes = [float(as_int(r.get("files_changed")) + as_int(r.get("commits"))) for r in rows]
     errors = [float(as_int(r.get("errors")) or (1 if r.get("failed") is True else 0)) for r in rows]

@@ -18,13 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ralph_supervisor import report
-from ralph_supervisor.report.account import (
-    build_account,
-    choose_runs,
-    sparkline,
-    split_runs,
-    verdict_line,
-)
+from ralph_supervisor.format import sparkline
+from ralph_supervisor.report.account import build_account
+from ralph_supervisor.report.runs import choose_runs, split_runs
+from ralph_supervisor.report.verdict import verdict_line
 from ralph_supervisor.report.sources import GitFacts, Records, read_records
 from ralph_supervisor.rotating import read_json_lines
 from tests.helpers import state_dir_of

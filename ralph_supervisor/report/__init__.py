@@ -35,9 +35,10 @@ from ralph_supervisor.masking import Masker
 from ralph_supervisor import store
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.records import Warnings
-from ralph_supervisor.report.account import Account, build_account, choose_runs, split_runs
+from ralph_supervisor.report.account import Account, build_account
 from ralph_supervisor.report.html import render_html
 from ralph_supervisor.report.markdown import render_markdown
+from ralph_supervisor.report.runs import choose_runs, split_runs
 from ralph_supervisor.report.sources import GitFacts, Records, read_git, read_records
 
 __all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_since", "render_apart", "render_html",

@@ -11,14 +11,10 @@ from typing import Any
 
 from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, OUTAGE, outcome_of
 from ralph_supervisor.report import verified
-from ralph_supervisor.report.account import (
-    Account,
-    IterationRow,
-    sparkline,
-    stamp,
-)
+from ralph_supervisor.report.account import Account
+from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.spend import dollars, share
-from ralph_supervisor.format import md_cell
+from ralph_supervisor.format import md_cell, sparkline, utc_time
 from ralph_supervisor.text import one_line
 from ralph_supervisor.values import duration
 
@@ -63,7 +59,7 @@ def timeline_table(rows: Sequence[IterationRow]) -> list[str]:
     out = ["| # | started | took | files | commits | errors | tokens | outcome | note |",
            "|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        out.append(f"| {r.number} | {stamp(r.started_at)[11:19] or '?'} | {_secs(r.duration_s)} | {r.files_changed} "
+        out.append(f"| {r.number} | {utc_time(r.started_at, '%H:%M:%S')} | {_secs(r.duration_s)} | {r.files_changed} "
                    f"| {r.commits} | {r.errors} | {_tokens(r)} | {md_cell(r.said, 30)} | {md_cell(_note(r))} |")
     return out
 
@@ -124,7 +120,7 @@ def render_markdown(a: Account) -> str:
         out += [""] + [f"- {line}" for line in a.waits]
     first = a.runs[0].started_at if a.runs else None
     last = a.runs[-1].ended_at if a.runs else None
-    span = f"{stamp(first)} → {stamp(last) if last else 'now'}"
+    span = f"{utc_time(first)} → {utc_time(last) if last else 'now'}"
     s = a.spend
     iterations = iterations_line(a)
     out += [
@@ -161,7 +157,7 @@ def render_markdown(a: Account) -> str:
             out.append("")
             for m in a.marks[-MARK_ROWS:]:
                 where = f"iteration {m.iteration}" if m.iteration is not None else f"after {max(0, int(m.x + 0.5))} iterations"
-                out.append(f"- {MARK_SYMBOL.get(m.kind, '•')} {stamp(m.at)[11:19] or '?'} ({where}): {one_line(m.text, 240)}")
+                out.append(f"- {MARK_SYMBOL.get(m.kind, '•')} {utc_time(m.at, '%H:%M:%S')} ({where}): {one_line(m.text, 240)}")
             if len(a.marks) > MARK_ROWS:
                 out.append(f"- … {len(a.marks) - MARK_ROWS} earlier mark(s)")
             out.append("")
