@@ -562,12 +562,12 @@ class Notifier:
     def from_settings(cls, settings: Any) -> Notifier:
         """The supervisor's notifier: `--notify` URLs, `--notify-webhook`, notify-send, report.html's path."""
         from ralph_supervisor.registry import entry_file_name
-        from ralph_supervisor.report import REPORT_FILE
+        from ralph_supervisor.files import report_html
         from ralph_supervisor.serve.announce import page_for
 
         loop_id = entry_file_name(settings.workspace, settings.state_dir).removesuffix(".json")
         notifier = cls(webhook_url=settings.notify_webhook, urls=settings.notify, desktop=settings.notify_desktop,
-                       report=str(settings.state_dir / REPORT_FILE), on_open=settings.on_open,
+                       report=str(report_html.path(settings.state_dir)), on_open=settings.on_open,
                        page=lambda: page_for(loop_id))
         if notifier.endpoints:
             log.info("notify_endpoints", endpoints=list(notifier.endpoints))

@@ -15,6 +15,7 @@ from ralph_supervisor.control import ControlError, NoSupervisor, request
 from ralph_supervisor.files import history_jsonl, state_json, verify_jsonl
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.outcomes import breaker_label
+from ralph_supervisor.format import human_size
 from ralph_supervisor.values import local_clock
 
 
@@ -100,8 +101,6 @@ def human(status: dict[str, Any]) -> str:
     snapshots = status.get("snapshots")
     if isinstance(snapshots, dict):
         latest = snapshots.get("latest") or {}
-        from ralph_supervisor.snapshots import human_size
-
         text = f"{snapshots.get('count', 0)} kept, {human_size(int(snapshots.get('bytes') or 0))}"
         if latest:
             text += f", the newest of iteration {latest.get('iteration')} ({latest.get('files')} files)"

@@ -29,6 +29,7 @@ from rich.text import Text
 from ralph_supervisor import control, events, rotating
 from ralph_supervisor.rotating import complete_lines, tail_lines
 from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
+from ralph_supervisor.files.history_jsonl import Transition
 from ralph_supervisor.format import sparkline, time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
 from ralph_supervisor.spend import dollars, share
@@ -78,16 +79,6 @@ class IterationRow:
 
 
 @dataclass(frozen=True)
-class TransitionRow:
-    ts: str
-    iteration: int | None
-    from_state: str
-    to_state: str
-    trigger: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class ProcessRow:
     pid: int | None
     name: str
@@ -115,7 +106,7 @@ class Frame:
     live: bool
     current: CurrentIteration | None
     iterations: tuple[IterationRow, ...]
-    transitions: tuple[TransitionRow, ...]
+    transitions: tuple[Transition, ...]
     processes: tuple[ProcessRow, ...]
     notes: tuple[str, ...] = ()
     state_dir_exists: bool = True
@@ -185,20 +176,9 @@ def timeline(records: Iterable[Mapping[str, Any]], limit: int = TIMELINE_ROWS) -
     return tuple(rows.values())[-limit:]
 
 
-def transitions(records: Iterable[Mapping[str, Any]], limit: int = TRANSITION_ROWS) -> tuple[TransitionRow, ...]:
-    rows = [
-        TransitionRow(
-            ts=as_text(r.get("ts") or r.get("timestamp"), 40),
-            iteration=as_opt_int(r.get("iteration")),
-            from_state=as_text(r.get("from"), 20) or "?",
-            to_state=as_text(r.get("to"), 20) or "?",
-            trigger=as_text(r.get("trigger"), 40),
-            reason=as_text(r.get("reason"), 300),
-        )
-        for r in records
-        if "to" in r or "from" in r
-    ]
-    return tuple(rows[-limit:])
+def transitions(records: Iterable[Mapping[str, Any]], limit: int = TRANSITION_ROWS) -> tuple[Transition, ...]:
+    """The last `limit` lines of history.jsonl that record a transition, as its owner reads them."""
+    return tuple(history_jsonl.transitions(records)[-limit:])
 
 
 def processes(status: Mapping[str, Any] | None) -> tuple[ProcessRow, ...]:
@@ -407,7 +387,7 @@ def _timeline_table(rows: tuple[IterationRow, ...]) -> Table:
     return table
 
 
-def _transitions_table(rows: tuple[TransitionRow, ...]) -> Table:
+def _transitions_table(rows: tuple[Transition, ...]) -> Table:
     table = Table(title="breaker transitions", title_justify="left", expand=True, box=box.SIMPLE_HEAD,
                   show_edge=False)
     table.add_column("time", no_wrap=True)
@@ -418,9 +398,9 @@ def _transitions_table(rows: tuple[TransitionRow, ...]) -> Table:
     if not rows:
         table.add_row(Text("none yet", style="dim"), "", "", "", "")
     for row in reversed(rows):  # newest first: the one that matters is on top
-        change = Text(row.from_state, style=STATE_STYLE.get(row.from_state, ""))
+        change = Text(row.from_state or "?", style=STATE_STYLE.get(row.from_state, ""))
         change.append(" → ")
-        change.append(row.to_state, style=STATE_STYLE.get(row.to_state, ""))
+        change.append(row.to_state or "?", style=STATE_STYLE.get(row.to_state, ""))
         table.add_row(clock(row.ts), "" if row.iteration is None else str(row.iteration), change, row.trigger, row.reason)
     return table
 

@@ -29,7 +29,7 @@ from ralph_supervisor.report.findings import (
     spend,
 )
 from ralph_supervisor.report.rows import IterationRow, iteration_rows
-from ralph_supervisor.report.runs import RunInfo, record_time
+from ralph_supervisor.report.runs import RunInfo
 from ralph_supervisor.report.sources import GitFacts, Records
 from ralph_supervisor.report.timeline import Band, Mark, timeline_marks, wait_lines
 from ralph_supervisor.report.verdict import Verdict, judge, restore_steps, what_next
@@ -72,9 +72,9 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
     """The account of `runs` (chosen by `choose_runs`) from what the folder held."""
     running = records.running_pid is not None
     start = runs[0].started_at if runs else None
-    history = [h for h in records.history if start is None or (record_time(h) or 0.0) >= start - 1.0]
+    history = [h for h in records.history if start is None or (h.at or 0.0) >= start - 1.0]
     rows = iteration_rows(runs, records.ledger, history, running)
-    marks, bands = timeline_marks(rows, history, runs, now, (records.state or {}).get("final") is True)
+    marks, bands = timeline_marks(rows, history, runs, now, records.state is not None and records.state.snapshot.final)
     verdict = judge(runs, records.state, rows, running, now, history)
     workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(records.state_dir.parent)
     residual, decide, steps = what_next(verdict, records.state, rows, workspace, runs[-1].budgets if runs else {},

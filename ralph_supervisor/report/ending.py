@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from ralph_supervisor.breaker import State
 from ralph_supervisor.report import collect
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.markdown import iterations_line, why
@@ -66,7 +67,7 @@ def say_the_end(state_dir: Path, run_args: Sequence[str], stream: TextIO, *, col
     try:
         records = dataclasses.replace(read_records(state_dir), running_pid=None)  # ours: we are leaving
         account = collect(state_dir, git=False, records=records)
-        breaker_open = (records.state or {}).get("state", "CLOSED") != "CLOSED"
+        breaker_open = records.state is not None and records.state.snapshot.state is not State.CLOSED
         lines = end_lines(account, run_args=run_args, breaker_open=breaker_open)
     except Exception as exc:  # noqa: BLE001 - the run is over whatever the account says
         lines = [f"ralph-supervise: the run's summary cannot be read ({type(exc).__name__}: {exc}); "

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ralph_supervisor import events as ev
+from ralph_supervisor.files.state_json import Recorded
 from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.report.runs import RunInfo
 from ralph_supervisor.residual import states_blocker
@@ -144,10 +144,12 @@ def hygiene(runs: Sequence[RunInfo]) -> Hygiene:
     return Hygiene(swept, stops, survivors, tuple(pids[:50]))
 
 
-def spend(rows: Sequence[IterationRow], runs: Sequence[RunInfo], state: Mapping[str, Any] | None) -> Spend:
+def spend(rows: Sequence[IterationRow], runs: Sequence[RunInfo], state: Recorded | None) -> Spend:
+    """Tokens and dollars of the rows against the last run's budgets; the dollars of state.json (the breaker's
+    count for the latest run) when no row says what its call cost (their events rotated away)."""
     budgets = runs[-1].budgets if runs else {}
     costs = [r.cost_usd for r in rows if r.cost_usd is not None]
-    cost = sum(costs) if costs else as_float((state or {}).get("cost_usd"))
+    cost = sum(costs) if costs else (state.snapshot.cost_used if state is not None else None)
     return Spend(
         iterations=len(rows),
         tokens=sum(r.tokens or 0 for r in rows),

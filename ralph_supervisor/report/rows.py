@@ -17,6 +17,7 @@ from typing import Any
 
 from ralph_supervisor import events as ev
 from ralph_supervisor.escalation import outcome
+from ralph_supervisor.files.history_jsonl import Transition
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.outcomes import outcome_of
 from ralph_supervisor.report.runs import RunInfo, record_time
@@ -89,25 +90,24 @@ def _status_block(value: Any) -> dict[str, str]:
     return {as_text(k, 40): as_text(v, 200) for k, v in list(value.items())[:12]}
 
 
-def _state_at(history: Sequence[Mapping[str, Any]], times: Sequence[float], t: float | None) -> str:
+def _state_at(history: Sequence[Transition], times: Sequence[float], t: float | None) -> str:
     """The breaker's state at moment `t` (the `to` of the last transition before it)."""
     if t is None or not times:
         return ""
     index = bisect.bisect_right(times, t) - 1
-    return as_text(history[index].get("to"), 20) if index >= 0 else ""
+    return history[index].to_state if index >= 0 else ""
 
 
 def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
-                   history: Sequence[Mapping[str, Any]], running: bool) -> list[IterationRow]:
+                   history: Sequence[Transition], running: bool) -> list[IterationRow]:
     """The iterations of the chosen runs in order, joined with the ledger's words about each."""
     attempts: dict[int, Mapping[str, Any]] = {}
     for attempt in ledger:
         number = as_opt_int(attempt.get("iteration"))
         if number is not None:
             attempts[number] = attempt
-    times = [record_time(h) or 0.0 for h in history]
-    tripped = {(as_opt_int(h.get("iteration")), record_time(h)): as_text(h.get("trigger"), 40)
-               for h in history if h.get("to") == "OPEN"}
+    times = [h.at or 0.0 for h in history]
+    tripped = {(h.iteration, h.at): h.trigger for h in history if h.to_state == "OPEN"}
     opened_at: dict[int, str] = {}
     for (number, _), trigger in tripped.items():
         if number is not None:
@@ -142,7 +142,7 @@ def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
 
 
 def _row(position: int, number: int, run: int, started_at: float | None, done: Mapping[str, Any] | None,
-         attempt: Mapping[str, Any] | None, history: Sequence[Mapping[str, Any]], times: Sequence[float],
+         attempt: Mapping[str, Any] | None, history: Sequence[Transition], times: Sequence[float],
          opened_at: Mapping[int, str], current: bool) -> IterationRow:
     done = done or {}
     attempt = attempt or {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ralph_supervisor import events as ev
+from ralph_supervisor.files.history_jsonl import Transition
 from ralph_supervisor.format import duration, utc_clock
 from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.report.runs import RunInfo, record_time
@@ -72,7 +73,7 @@ class _Axis:
         return row.position + 0.5
 
 
-def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, Any]],
+def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Transition],
                    runs: Sequence[RunInfo], now: float, final: bool = False) -> tuple[list[Mark], list[Band]]:
     """Opens, trials, closes, pauses, limit waits, restarts and exits as marks; breaker states as bands."""
     axis = _Axis(rows)
@@ -87,13 +88,13 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Mapping[str, 
             bands.append(Band(kind, x0, max(x0, x1), t0, t, text))
             open_band = None
 
-    last_open = max((i for i, h in enumerate(history) if h.get("to") == "OPEN"), default=-1)
+    last_open = max((i for i, h in enumerate(history) if h.to_state == "OPEN"), default=-1)
     for index, h in enumerate(history):
-        t = record_time(h)
-        number = as_opt_int(h.get("iteration"))
+        t = h.at
+        number = h.iteration
         x = axis.x(t, number, rows)
-        to, frm = as_text(h.get("to"), 20), as_text(h.get("from"), 20)
-        trigger, reason = as_text(h.get("trigger"), 40), as_text(h.get("reason"), 300)
+        to, frm = h.to_state, h.from_state
+        trigger, reason = h.trigger, h.reason
         close_band(x, t)
         if to == "OPEN":
             # The breaker says so in its reason ("open 3 of 3: final"); state.json says so of the last one.

@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import events as ev
-from ralph_supervisor.breaker import Decision, State
+from ralph_supervisor.breaker import Decision, Snapshot, State
 from ralph_supervisor.escalation import Residual, classify_residual, decide_next, how_to_continue
 from ralph_supervisor.files import child_log
+from ralph_supervisor.files.history_jsonl import Transition
+from ralph_supervisor.files.state_json import Recorded
 from ralph_supervisor.format import utc_clock
 from ralph_supervisor.report.rows import IterationRow, as_iteration_report
 from ralph_supervisor.report.runs import RunInfo
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
+from ralph_supervisor.values import as_int, as_text, parse_time
 
 @dataclass(frozen=True)
 class Verdict:
@@ -72,21 +74,21 @@ def verdict_line(status: str, by: str, *, trigger: str = "none", iteration: int 
     return "Nothing ran yet."
 
 
-def judge(runs: Sequence[RunInfo], state: Mapping[str, Any] | None, rows: Sequence[IterationRow],
-          running: bool, now: float, history: Sequence[Mapping[str, Any]] = ()) -> Verdict:
+def judge(runs: Sequence[RunInfo], state: Recorded | None, rows: Sequence[IterationRow],
+          running: bool, now: float, history: Sequence[Transition] = ()) -> Verdict:
     """Where the latest run stands: running (and how), or how it ended. An open is told at the iteration
     that opened it (the history's), not at the one that had just started when the tree froze."""
-    s = state or {}
+    s = state.snapshot if state is not None else Snapshot()
     run = runs[-1] if runs else None
-    breaker = as_text(s.get("state"), 20) or "CLOSED"
-    trigger = as_text(s.get("trigger"), 40) or "none"
-    reason = as_text(s.get("reason"), 400)
-    iteration = as_int(s.get("iteration")) or (rows[-1].number if rows else 0)
+    breaker = s.state.value
+    trigger = as_text(s.trigger, 40) or "none"
+    reason = as_text(s.reason, 400)
+    iteration = s.iteration or (rows[-1].number if rows else 0)
     last = history[-1] if history else None
-    if breaker == "OPEN" and last is not None and last.get("to") == "OPEN":
-        iteration = as_opt_int(last.get("iteration")) or iteration
-    opened = parse_time(s.get("opened_at"))
-    cooldown = as_float(s.get("cooldown_s")) or 0.0
+    if breaker == "OPEN" and last is not None and last.to_state == "OPEN":
+        iteration = last.iteration or iteration
+    opened = s.opened_at
+    cooldown = s.cooldown_s
     budgets = run.budgets if run else {}
 
     def make(status: str, by: str, code: int | None = None, until: float | None = None,
@@ -98,7 +100,7 @@ def judge(runs: Sequence[RunInfo], state: Mapping[str, Any] | None, rows: Sequen
     if run is None and not rows:
         return Verdict("empty", "", verdict_line("empty", ""), trigger, reason, iteration, None)
     if running and (run is None or run.ended_at is None):
-        until = limit_until(s, run, now)
+        until = limit_until(state, run, now)
         if until is not None:
             return make("waiting", "limit", until=until, why="a usage limit was reached", what="usage-limit")
         if breaker == "OPEN":
@@ -120,16 +122,16 @@ def judge(runs: Sequence[RunInfo], state: Mapping[str, Any] | None, rows: Sequen
         return make("stopped", "request", code, why="stopped with `ralph-supervise stop`", what="manual")
     if ev.STOP_SIGNAL in run.stop_reasons or (code in (130, 143) and not run.child_codes):
         return make("stopped", "signal", code, why=f"the supervisor got a signal (exit {code})", what="none")
-    if run.child_starts == 0 and s.get("final") is True:
+    if run.child_starts == 0 and s.final:
         return make("stopped", "refused", code)
     if run.child_codes:
         return make("finished", "itself", run.child_codes[-1], why="", what="none")
     return make("stopped", "", code, why=f"the supervisor exited with code {code}")
 
 
-def limit_until(state: Mapping[str, Any], run: RunInfo | None, now: float) -> float | None:
+def limit_until(state: Recorded | None, run: RunInfo | None, now: float) -> float | None:
     """The end of a usage-limit wait in progress: `limit_until` in state.json, or an unended wait event."""
-    until = parse_time(state.get("limit_until"))
+    until = state.limit_until if state is not None else None
     if until is not None and until > now:
         return until
     if run is None:
@@ -146,19 +148,16 @@ def limit_until(state: Mapping[str, Any], run: RunInfo | None, now: float) -> fl
     return None if waiting == float("inf") else waiting
 
 
-def _decision(state: Mapping[str, Any] | None, verdict: Verdict) -> Decision:
-    s = state or {}
-    try:
-        breaker_state = State(as_text(s.get("state"), 20) or "OPEN")
-    except ValueError:
-        breaker_state = State.OPEN
-    final = s.get("final") is True or verdict.status == "stopped"
-    return Decision(action="final" if final else "open", state=breaker_state, trigger=verdict.trigger,
+def _decision(state: Recorded | None, verdict: Verdict) -> Decision:
+    """The breaker's decision as `escalation` judges one, from what state.json holds (OPEN when it holds none)."""
+    s = state.snapshot if state is not None else Snapshot(state=State.OPEN)
+    final = s.final or verdict.status == "stopped"
+    return Decision(action="final" if final else "open", state=s.state, trigger=verdict.trigger,
                     reason=verdict.reason, iteration=verdict.iteration, final=final,
-                    cooldown_s=as_float(s.get("cooldown_s")) or 0.0, total_opens=as_int(s.get("total_opens")))
+                    cooldown_s=s.cooldown_s, total_opens=s.total_opens)
 
 
-def what_next(verdict: Verdict, state: Mapping[str, Any] | None, rows: Sequence[IterationRow],
+def what_next(verdict: Verdict, state: Recorded | None, rows: Sequence[IterationRow],
               workspace: str, verdict_budgets: Mapping[str, Any] | None = None, state_dir: Path | None = None
               ) -> tuple[Residual | None, list[str], list[str]]:
     """The residual (when the breaker called a human), what to decide, and the commands that continue.
