@@ -21,7 +21,8 @@ from typing import Any
 from ralph_supervisor import registry
 from ralph_supervisor.breaker import State
 from ralph_supervisor.files import state_json
-from ralph_supervisor.values import duration, local_clock, parse_time
+from ralph_supervisor.format import dollars, duration, time_of_day, tokens
+from ralph_supervisor.values import parse_time
 STATES = tuple(s.value for s in State)
 """CLOSED, HALF_OPEN, OPEN: the counts of the live view's title."""
 
@@ -81,7 +82,7 @@ def loop_row(entry: registry.Entry, *, alive: bool, state: state_json.Shown | No
         notes.insert(0, "stopped for good")
     limit = state.limit_until
     if limit and not entry.ended:
-        notes.insert(0, f"usage limit until {local_clock(limit)}")
+        notes.insert(0, f"usage limit until {time_of_day(limit)}")
     if entry.ended:
         notes.insert(0, ended_note(entry.ended_at, entry.exit_code))
     return LoopRow(
@@ -123,7 +124,7 @@ def collect(dirs: list[Path] | None = None) -> tuple[list[LoopRow], list[str], l
 
 def ended_note(ended_at: str | None, exit_code: int | None) -> str:
     """`ended 06:12, exit 2`: when the supervisor exited (local time) and with which code."""
-    return f"ended {local_clock(ended_at) if ended_at else '?'}, exit {'?' if exit_code is None else exit_code}"
+    return f"ended {time_of_day(ended_at) if ended_at else '?'}, exit {'?' if exit_code is None else exit_code}"
 
 
 def age(since: str | None, now: float) -> str:
@@ -136,10 +137,9 @@ def spend(row: LoopRow) -> str:
     """Tokens (and dollars, when the agent reports them) of the current run."""
     parts = []
     if row.tokens_used is not None:
-        n = row.tokens_used
-        parts.append(f"{n} tok" if n < 1000 else f"{n / 1000:.1f}k tok" if n < 1_000_000 else f"{n / 1e6:.2f}M tok")
+        parts.append(tokens(row.tokens_used))
     if row.cost_usd is not None:
-        parts.append(f"${row.cost_usd:.2f}")
+        parts.append(dollars(row.cost_usd))
     return " ".join(parts) or "-"
 
 

@@ -30,18 +30,15 @@ from ralph_supervisor import control, events, rotating
 from ralph_supervisor.rotating import complete_lines, tail_lines
 from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
 from ralph_supervisor.files.history_jsonl import Transition
-from ralph_supervisor.format import sparkline, time_of_day
+from ralph_supervisor.format import dollars_share, duration, human_bytes, share, sparkline, time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
-from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
 from ralph_supervisor.triggers import WAITS_FOR_HUMAN
-from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's helpers live there
+from ralph_supervisor.values import (
     as_float,
     as_int,
     as_opt_int,
     as_text,
-    duration,
-    human_bytes,
     parse_json_lines,
     parse_time,
 )
@@ -159,7 +156,7 @@ def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], bud
         costs = [c for c in (as_float(r.get("cost_usd")) for r in recent) if c is not None]
         cost = sum(costs) if costs else None
     if cost is not None or as_float(budgets.get("cost_budget")):
-        line += f" · dollars {dollars(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
+        line += f" · dollars {dollars_share(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
     return line
 
 
@@ -310,7 +307,7 @@ def _header(snap: Frame, now: float) -> Panel:
     if isinstance(cgroup, dict):
         memory = as_int(cgroup.get("memory_bytes")) if cgroup.get("memory_bytes") is not None else None
         grid.add_row("cgroup", Text(f"{as_int(cgroup.get('tasks'))} processes, {cgroup.get('cpu_s')} CPU s"
-                                    + (f", {memory / 2**20:.0f} MiB" if memory is not None else ""), style="dim"))
+                                    + (f", {human_bytes(memory)}" if memory is not None else ""), style="dim"))
     usage = [w for w in view.get("usage") or [] if isinstance(w, dict)]
     if usage:
         grid.add_row("usage", Text(", ".join(f"{as_text(w.get('window'), 40)} {w.get('utilization')} %"

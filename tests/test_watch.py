@@ -462,6 +462,7 @@ records = st.dictionaries(
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(records, max_size=6), records, records)
+@example([], {}, {"iteration": "INFINITY"})  # a number too large for an int once crashed the header
 def test_any_records_render_without_raising(events: list[dict[str, Any]], state: dict[str, Any],
                                             status: dict[str, Any]) -> None:
     snap = watch.Frame(

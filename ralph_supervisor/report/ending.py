@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TextIO
 
 from ralph_supervisor.breaker import State
+from ralph_supervisor.format import dollars_share, share
 from ralph_supervisor.report import collect
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.markdown import iterations_line, why
 from ralph_supervisor.report.sources import read_records
 from ralph_supervisor.state_folder import is_default
-from ralph_supervisor.spend import dollars, share
 
 LABEL = 12
 """The labels' column: `  Why:        ...`."""
@@ -52,7 +52,7 @@ def end_lines(account: Account, *, run_args: Sequence[str], breaker_open: bool) 
     s = account.spend
     rows = [("Why", why(account)),
             ("Iterations", iterations_line(account)),
-            ("Spend", f"tokens {share(s.tokens, s.token_budget)}; dollars {dollars(s.cost_usd, s.cost_budget)}"),
+            ("Spend", f"tokens {share(s.tokens, s.token_budget)}; dollars {dollars_share(s.cost_usd, s.cost_budget)}"),
             ("Report", account.report_html),
             ("Escalation", account.escalation or "" if account.residual is not None else ""),
             ("Continue", continue_command(account, run_args, breaker_open=breaker_open))]

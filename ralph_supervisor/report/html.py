@@ -16,14 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ralph_supervisor.format import utc_time
+from ralph_supervisor.format import dollars_share, duration, share, utc_time
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.markdown import box_of, worktree_of
 from ralph_supervisor.report.rows import IterationRow
-from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.text import one_line
-from ralph_supervisor.values import duration
 
 TABLE_ROWS = 1000
 """The iterations listed as table rows (the newest); the plot always holds every iteration."""
@@ -101,7 +99,7 @@ def _facts(a: Account) -> str:
         ("wall time", duration(a.wall_s)),
         ("iterations", f"{s.iterations}" + (f" of {s.max_iterations}" if s.max_iterations else "")),
         ("tokens", share(s.tokens, s.token_budget)),
-        ("dollars", dollars(s.cost_usd, s.cost_budget)),
+        ("dollars", dollars_share(s.cost_usd, s.cost_budget)),
         ("runs", f"{len(a.runs)}: {utc_time(first)} → {utc_time(last) if last else 'now'}"),
         ("workspace", a.workspace),
     ]
@@ -131,7 +129,7 @@ def _table(rows: tuple[IterationRow, ...]) -> str:
         cls = ["k%d" % _kind(r)] + (["trial"] if r.trial else []) + (["tripped"] if r.tripped else [])
         if r.progress:
             cls.append("progress")
-        took = "?" if r.duration_s is None else (f"{r.duration_s:.1f}s" if r.duration_s < 60 else duration(r.duration_s))
+        took = duration(r.duration_s, "tenths")
         note = one_line(r.first_error or r.action, 160)
         if r.tripped:
             note = f"opened the breaker ({r.tripped}). {note}"

@@ -13,10 +13,8 @@ from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, OUTAG
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.rows import IterationRow
-from ralph_supervisor.spend import dollars, share
-from ralph_supervisor.format import md_cell, sparkline, utc_time
+from ralph_supervisor.format import dollars_share, duration, md_cell, share, sparkline, utc_time
 from ralph_supervisor.text import one_line
-from ralph_supervisor.values import duration
 
 TIMELINE_ROWS = 30
 """The last iterations shown as table rows (the sparkline covers all of them)."""
@@ -28,12 +26,6 @@ COMMIT_ROWS = 15
 
 MARK_SYMBOL = {"open": "⏸", "final": "■", "pause": "⏸", "trial": "▶", "close": "✔", "reset": "↺",
                "limit_wait": "⌛", "restart": "↻", "run_start": "↻", "exit": "⏹"}
-
-
-def _secs(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    return f"{seconds:.1f}s" if seconds < 60 else duration(seconds)
 
 
 def _note(row: IterationRow) -> str:
@@ -59,7 +51,7 @@ def timeline_table(rows: Sequence[IterationRow]) -> list[str]:
     out = ["| # | started | took | files | commits | errors | tokens | outcome | note |",
            "|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        out.append(f"| {r.number} | {utc_time(r.started_at, '%H:%M:%S')} | {_secs(r.duration_s)} | {r.files_changed} "
+        out.append(f"| {r.number} | {utc_time(r.started_at, '%H:%M:%S')} | {duration(r.duration_s, 'tenths')} | {r.files_changed} "
                    f"| {r.commits} | {r.errors} | {_tokens(r)} | {md_cell(r.said, 30)} | {md_cell(_note(r))} |")
     return out
 
@@ -135,7 +127,7 @@ def render_markdown(a: Account) -> str:
         f"| wall time | {duration(a.wall_s)} |",
         f"| iterations | {iterations} |",
         f"| tokens | {share(s.tokens, s.token_budget)} |",
-        f"| dollars | {dollars(s.cost_usd, s.cost_budget)} |",
+        f"| dollars | {dollars_share(s.cost_usd, s.cost_budget)} |",
     ]
     if a.runs and a.runs[-1].exit_code is not None:
         out.append(f"| supervisor exit code | {a.runs[-1].exit_code} |")

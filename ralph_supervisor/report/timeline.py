@@ -18,7 +18,7 @@ from typing import Any
 
 from ralph_supervisor import events as ev
 from ralph_supervisor.files.history_jsonl import Transition
-from ralph_supervisor.format import duration, utc_clock
+from ralph_supervisor.format import duration, human_bytes, utc_clock
 from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.report.runs import RunInfo, record_time
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
@@ -188,7 +188,7 @@ def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
              if ev.name(e) == ev.CGROUP_FIGURES and e.get("memory_peak_bytes") is not None]
     ooms = sum(as_int(e.get("kills")) for run in runs for e in run.events if ev.name(e) == ev.CGROUP_OOM)
     if cpu:
-        lines.append(f"CGROUP the loop used {sum(cpu):.1f} CPU s" + (f", memory at most {max(peaks) / 2**20:.0f} MiB"
+        lines.append(f"CGROUP the loop used {sum(cpu):.1f} CPU s" + (f", memory at most {human_bytes(max(peaks))}"
                                                                     if peaks else "")
                      + (f"; the OOM killer struck {ooms} time{'s' if ooms != 1 else ''}" if ooms else ""))
     for window in usage[:4]:
