@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor.format import dollars_share, duration, md_cell, share, sparkline, utc_time
 from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, OUTAGE, outcome_of
 from ralph_supervisor.report import verified
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.rows import IterationRow
-from ralph_supervisor.format import dollars_share, duration, md_cell, share, sparkline, utc_time
 from ralph_supervisor.text import one_line
 
 TIMELINE_ROWS = 30
