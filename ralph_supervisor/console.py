@@ -23,10 +23,10 @@ from typing import Any
 from rich.cells import cell_len
 
 from ralph_supervisor import events
-from ralph_supervisor.format import dollars, time_of_day
+from ralph_supervisor.format import dollars, duration, time_of_day, tokens
 from ralph_supervisor.outcomes import STATE_STYLE, WORD_WIDTH, breaker_label, outcome_of_record
 from ralph_supervisor.text import clip, one_line
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, duration, parse_time
+from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
 
 WIDTH = 100
 """An iteration's line is at most this many columns."""
@@ -46,23 +46,6 @@ WAIT_WORDS = {"limit": "LIMIT wait", "ceiling": "CEILING wait", "outage": "OUTAG
 def clock(record: Mapping[str, Any], key: str = "ts", form: str = "%H:%M:%S") -> str:
     """`HH:MM:SS` in local time of the event's `ts` (blanks when it has none, or no such time)."""
     return time_of_day(record.get(key), form, otherwise=" " * 8)
-
-
-def tokens(n: int | None) -> str:
-    """`980 tok`, `12.3k tok`, `1.2M tok`; `? tok` when the agent reported none."""
-    if n is None:
-        return "? tok"
-    if n < 1000:
-        return f"{n} tok"
-    if n < 999_950:
-        return f"{n / 1000:.1f}k tok"
-    return f"{n / 1_000_000:.1f}M tok"
-
-
-def money(cost: float | None) -> str:
-    if cost is None:
-        return "$?"
-    return dollars(cost) if cost < 100 else f"${cost:,.0f}"
 
 
 def _plural(n: int, word: str, many: str | None = None) -> str:
@@ -149,7 +132,7 @@ class ConsoleLines:
         commits = as_int(r.get("commits"))
         head = f"{clock(r)}  {'#' + str(number) if number is not None else '#?':<5} "
         counts = (f"{_plural(files, 'file'):>8}  {_plural(commits, 'commit'):<9} {tokens(as_opt_int(r.get('tokens'))):>9}"
-                  f" {money(as_float(r.get('cost_usd'))):>6}")
+                  f" {dollars(as_float(r.get('cost_usd')), brief=True):>6}")
         plain_mark = f"{outcome.mark} {outcome.word:<{WORD_WIDTH}}"
         say = _text(r.get("first_error"), 300) if outcome.key in ("failed", "blocked") else ""
         say = say or _text(r.get("blocked_reason") or r.get("reply"), 300)

@@ -11,13 +11,12 @@ A wait is a value (`Wait`); the supervisor says which waits are on (`waits_now`)
 Pure but for `Countdown.update`, which takes the time as an argument and writes through the terminal.
 
     >>> said = text(Wait("limit", "LIMIT wait", 1000.0, 4600.0, "resume ends it"), 2200.0, width=80, with_bar=False)
-    >>> said == f"⧗ LIMIT wait: 0:40:00 left, until {clock(4600.0)} · resume ends it"
+    >>> said == f"⧗ LIMIT wait: 0:40:00 left, until {time_of_day(4600.0, weekday=True)} · resume ends it"
     True
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from typing import Any
 
 from rich.cells import cell_len
 
+from ralph_supervisor.format import duration, time_of_day
 from ralph_supervisor.outcomes import breaker_label
 
 EVERY_S = 300.0
@@ -48,21 +48,6 @@ class Wait:
     """How to end it sooner, if there is a way."""
 
 
-def clock(moment: float) -> str:
-    """`HH:MM` local, or `Wed HH:MM` when it is not today."""
-    when = dt.datetime.fromtimestamp(moment)
-    return when.strftime("%H:%M") if when.date() == dt.date.today() else when.strftime("%a %H:%M")
-
-
-def left(seconds: float) -> str:
-    """`2:59:12`, `0:05:00`; days as `2d 3:00:00`."""
-    s = max(0, int(seconds + 0.999))  # round up: 0:00:00 only when it is over
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    return (f"{days}d " if days else "") + f"{hours}:{minutes:02d}:{s:02d}"
-
-
 def bar(wait: Wait, now: float, cells: int = BAR) -> str:
     """`━━━━━━━━╺───────────`: how much of the wait is behind."""
     started = now if wait.started is None else wait.started
@@ -74,7 +59,7 @@ def bar(wait: Wait, now: float, cells: int = BAR) -> str:
 
 def text(wait: Wait, now: float, *, width: int, with_bar: bool = True) -> str:
     """The countdown line for `wait` at `now`, at most `width - 1` cells (a full last column would wrap)."""
-    parts = f"⧗ {wait.label}: {left(wait.until - now)} left, until {clock(wait.until)}"
+    parts = f"⧗ {wait.label}: {duration(wait.until - now, 'left')} left, until {time_of_day(wait.until, weekday=True)}"
     if with_bar:
         parts += f" {bar(wait, now)}"
     if wait.hint:
@@ -141,7 +126,7 @@ class Countdown:
         self._said_at = {w.kind: said.get(w.kind, now) for w in waits}  # a wait that ended is forgotten
         if wait is not None and now - self._said_at[wait.kind] >= self.every_s:
             self._said_at[wait.kind] = now
-            stamp = dt.datetime.fromtimestamp(now).strftime("%H:%M:%S")
+            stamp = time_of_day(now, "%H:%M:%S")
             self.line(f"{stamp}  {text(wait, now, width=10_000, with_bar=False)}")
 
     def close(self) -> None:

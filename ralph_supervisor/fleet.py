@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import registry
+from ralph_supervisor.breaker import State
 from ralph_supervisor.files import state_json
-from ralph_supervisor.values import duration, local_clock, parse_time
-
-STATES = ("CLOSED", "HALF_OPEN", "OPEN")
+from ralph_supervisor.format import dollars, duration, time_of_day, tokens
+from ralph_supervisor.values import parse_time
+STATES = tuple(s.value for s in State)
+"""CLOSED, HALF_OPEN, OPEN: the counts of the live view's title."""
 
 
 @dataclass(frozen=True)
@@ -62,43 +64,32 @@ class LoopRow:
         return {**asdict(self), "ended": self.ended}
 
 
-def read_state(state_dir: Path) -> tuple[dict[str, Any], str]:
-    """The fields `ls` shows from state.json, each checked for its type, and a note when the file is bad."""
-    data, note = state_json.read_dict(state_dir)  # only reads: a bad file is the loop's to move aside
-    if data is None:
-        return {}, note or ("" if state_dir.is_dir() else "no state folder")
-    out: dict[str, Any] = {}
-    state = data.get("state")
-    out["state"] = state if state in STATES else "?"
-    for key in ("trigger", "limit_until", "updated_at"):
-        if isinstance(data.get(key), str):
-            out[key] = data[key]
-    for key in ("iteration", "tokens_used"):
-        value = data.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            out[key] = value
-    cost = data.get("cost_used")  # the breaker's own name in state.json
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost == cost and 0 <= cost < 1e12:
-        out["cost_usd"] = float(cost)
-    out["final"] = data.get("final") is True
-    return out, "" if out["state"] != "?" else "state.json has no valid state"
+def read_state(state_dir: Path) -> tuple[state_json.Shown, str]:
+    """What `ls` shows of state.json (its owner checks each field), and a note when the file is bad."""
+    state, note = state_json.shown(state_dir)  # only reads: a bad file is the loop's to move aside
+    if state is None:
+        return state_json.Shown(), note or ("" if state_dir.is_dir() else "no state folder")
+    return state, note or ""
 
 
-def loop_row(entry: registry.Entry, *, alive: bool) -> LoopRow:
-    state, note = read_state(Path(entry.state_dir))
+def loop_row(entry: registry.Entry, *, alive: bool, state: state_json.Shown | None = None,
+             note: str = "") -> LoopRow:
+    """The loop's row; `state` (and its `note`) when the caller read state.json already."""
+    if state is None:
+        state, note = read_state(Path(entry.state_dir))
     notes = [note] if note else []
-    if state.get("final"):
+    if state.final:
         notes.insert(0, "stopped for good")
-    limit = state.get("limit_until")
+    limit = state.limit_until
     if limit and not entry.ended:
-        notes.insert(0, f"usage limit until {local_clock(limit)}")
+        notes.insert(0, f"usage limit until {time_of_day(limit)}")
     if entry.ended:
         notes.insert(0, ended_note(entry.ended_at, entry.exit_code))
     return LoopRow(
         name=entry.name, workspace=entry.workspace, state_dir=entry.state_dir, pid=entry.pid, alive=alive,
-        since=entry.started_at, state=state.get("state", "?"), trigger=state.get("trigger", "none"),
-        iteration=state.get("iteration"), tokens_used=state.get("tokens_used"), cost_usd=state.get("cost_usd"),
-        limit_until=limit, final=bool(state.get("final")), updated_at=state.get("updated_at"),
+        since=entry.started_at, state=state.state, trigger=state.trigger or "none",
+        iteration=state.iteration, tokens_used=state.tokens_used, cost_usd=state.cost_usd,
+        limit_until=limit, final=state.final, updated_at=state.updated_at,
         note="; ".join(notes), entry=str(entry.path), ended_at=entry.ended_at, exit_code=entry.exit_code,
     )
 
@@ -133,7 +124,7 @@ def collect(dirs: list[Path] | None = None) -> tuple[list[LoopRow], list[str], l
 
 def ended_note(ended_at: str | None, exit_code: int | None) -> str:
     """`ended 06:12, exit 2`: when the supervisor exited (local time) and with which code."""
-    return f"ended {local_clock(ended_at) if ended_at else '?'}, exit {'?' if exit_code is None else exit_code}"
+    return f"ended {time_of_day(ended_at) if ended_at else '?'}, exit {'?' if exit_code is None else exit_code}"
 
 
 def age(since: str | None, now: float) -> str:
@@ -146,10 +137,9 @@ def spend(row: LoopRow) -> str:
     """Tokens (and dollars, when the agent reports them) of the current run."""
     parts = []
     if row.tokens_used is not None:
-        n = row.tokens_used
-        parts.append(f"{n} tok" if n < 1000 else f"{n / 1000:.1f}k tok" if n < 1_000_000 else f"{n / 1e6:.2f}M tok")
+        parts.append(tokens(row.tokens_used))
     if row.cost_usd is not None:
-        parts.append(f"${row.cost_usd:.2f}")
+        parts.append(dollars(row.cost_usd))
     return " ".join(parts) or "-"
 
 

@@ -9,7 +9,6 @@ only: watching a hundred loops costs their supervisors nothing.
 
 from __future__ import annotations
 
-import time
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -17,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ralph_supervisor import fleet
+from ralph_supervisor.format import time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE
 from ralph_supervisor.watch import show
 
@@ -49,7 +49,7 @@ def render(rows: list[fleet.LoopRow], problems: list[str], now: float) -> Render
                       where, style="dim" if not row.alive else None)
     if not rows:
         table.add_row("", Text("no supervisor is registered", style="dim"), *([""] * 8))
-    footer = Text(f"updated {time.strftime('%H:%M:%S', time.localtime(now))}   `ralph-supervise ls --prune` "
+    footer = Text(f"updated {time_of_day(now, '%H:%M:%S')}   `ralph-supervise ls --prune` "
                   "removes ended and stale entries", style="dim")
     for problem in problems:
         footer.append(f"\n! {problem}", style="yellow")

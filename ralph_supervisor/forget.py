@@ -23,11 +23,12 @@ from typing import TextIO
 from ralph_supervisor import registry
 from ralph_supervisor.files import events_jsonl, history_jsonl, lock, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
-from ralph_supervisor.snapshots import human_size
+from ralph_supervisor.format import human_size
+from ralph_supervisor.snapshots import STORE_DIR
 from ralph_supervisor.store import folder_bytes
 from ralph_supervisor.state_folder import ORIGIN_FILE, read_origin, workspaces_home
 
-OURS = (ORIGIN_FILE, state_json.NAME, events_jsonl.NAME, lock.NAME, history_jsonl.NAME, "snapshots")
+OURS = (ORIGIN_FILE, state_json.NAME, events_jsonl.NAME, lock.NAME, history_jsonl.NAME, STORE_DIR)
 """A folder holding one of these is a state folder (forget never removes anything else)."""
 
 

@@ -83,7 +83,7 @@ class Notice:
     iteration: int
     reason: str = ""
     verdict: str = ""
-    """The report's verdict line for this moment (`report.account.verdict_line`)."""
+    """The report's verdict line for this moment (`report.verdict.verdict_line`)."""
     key: str = ""
     page: str = ""
     """The loop's page while `ralph-supervise serve` runs (its address only, never a token), else empty."""
@@ -98,7 +98,7 @@ def _project_name(workspace: str) -> str:
 
 def _verdict(status: str, by: str, trigger: str, iteration: int, code: int | None = None,
              until: float | None = None) -> str:
-    from ralph_supervisor.report.account import verdict_line
+    from ralph_supervisor.report.verdict import verdict_line
 
     return verdict_line(status, by, trigger=trigger, iteration=iteration, code=code, until=until)
 
@@ -562,12 +562,12 @@ class Notifier:
     def from_settings(cls, settings: Any) -> Notifier:
         """The supervisor's notifier: `--notify` URLs, `--notify-webhook`, notify-send, report.html's path."""
         from ralph_supervisor.registry import entry_file_name
-        from ralph_supervisor.report import REPORT_FILE
+        from ralph_supervisor.files import report_html
         from ralph_supervisor.serve.announce import page_for
 
         loop_id = entry_file_name(settings.workspace, settings.state_dir).removesuffix(".json")
         notifier = cls(webhook_url=settings.notify_webhook, urls=settings.notify, desktop=settings.notify_desktop,
-                       report=str(settings.state_dir / REPORT_FILE), on_open=settings.on_open,
+                       report=str(report_html.path(settings.state_dir)), on_open=settings.on_open,
                        page=lambda: page_for(loop_id))
         if notifier.endpoints:
             log.info("notify_endpoints", endpoints=list(notifier.endpoints))

@@ -142,9 +142,8 @@ def _tree_check(state_dir: Path, workspace: Path) -> tuple[str | None, bool, int
 
 
 def _iteration_from_state(state_dir: Path) -> int:
-    data, _problem = state_json.read_dict(state_dir)
-    value = data.get("iteration", 0) if data is not None else 0
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    state, _problem = state_json.shown(state_dir)
+    return (state.iteration if state is not None else None) or 0
 
 
 def _relative(workspace: Path, path: str) -> str:

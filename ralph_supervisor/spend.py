@@ -1,30 +1,15 @@
-"""How spend is told: tokens and dollars against their budgets, in the same words everywhere.
+"""How spend is told in `escalation.md`: this run's and today's tokens and dollars, each against its budget.
 
-A leaf module: `watch`, the report and `escalation.md` all say spend with these.
+The amounts are written by `format.share` and `format.dollars_share`, as `watch` and the report write them.
 
-    >>> share(7200, 100_000)
-    '7,200 of 100,000 (7 %)'
-    >>> dollars(1.2, 5.0)
-    '$1.20 of $5.00 (24 %)'
+    >>> spend_lines(tokens=7200, cost_usd=1.2, token_budget=100_000, cost_budget=5.0, daily_tokens=7200,
+    ...             daily_cost_usd=1.2, daily_token_budget=0, daily_cost_budget=0.0)[0]
+    '- **This run:** tokens 7,200 of 100,000 (7 %); dollars $1.20 of $5.00 (24 %)'
 """
 
 from __future__ import annotations
 
-from ralph_supervisor import format as fmt
-
-
-def share(used: float, budget: float) -> str:
-    """`7,200 of 100,000 (7 %)`, or the amount alone without a budget."""
-    return f"{used:,.0f} of {budget:,.0f} ({100.0 * used / budget:.0f} %)" if budget > 0 else f"{used:,.0f}"
-
-
-def dollars(used: float | None, budget: float) -> str:
-    """`$1.20 of $5.00 (24 %)`; None: no call reported a cost (then what budget there is, is said)."""
-    if used is None:
-        return "not reported by the agent" + (f" (budget {fmt.dollars(budget)})" if budget > 0 else "")
-    if budget > 0:
-        return f"{fmt.dollars(used)} of {fmt.dollars(budget)} ({100.0 * used / budget:.0f} %)"
-    return fmt.dollars(used)
+from ralph_supervisor.format import dollars_share, share
 
 
 def spend_lines(*, tokens: int, cost_usd: float | None, token_budget: int, cost_budget: float,
@@ -33,7 +18,7 @@ def spend_lines(*, tokens: int, cost_usd: float | None, token_budget: int, cost_
     """Markdown bullets: this run's spend and today's (UTC, every run in the folder), each against its budget."""
     today_cost = daily_cost_usd if (daily_cost_usd or cost_usd is not None) else None
     return [
-        f"- **This run:** tokens {share(tokens, token_budget)}; dollars {dollars(cost_usd, cost_budget)}",
+        f"- **This run:** tokens {share(tokens, token_budget)}; dollars {dollars_share(cost_usd, cost_budget)}",
         f"- **Today (UTC, every run in this state folder):** tokens {share(daily_tokens, daily_token_budget)}; "
-        f"dollars {dollars(today_cost, daily_cost_budget)}",
+        f"dollars {dollars_share(today_cost, daily_cost_budget)}",
     ]

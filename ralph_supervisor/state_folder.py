@@ -154,7 +154,9 @@ def move_old_folder(workspace: Path, state_dir: Path) -> str | None:
     if pid is not None:
         raise StateFolderError(f"a supervisor (pid {pid}) still runs with its state in {old}: stop it first "
                                f"(`ralph-supervise stop -w {workspace}`), or pass --state-dir {old}")
-    sock = old / "control.sock"  # a dead supervisor's socket: nothing listens, and a copy cannot take it
+    from ralph_supervisor.control import SOCKET_NAME
+
+    sock = old / SOCKET_NAME  # a dead supervisor's socket: nothing listens, and a copy cannot take it
     if sock.is_socket():
         sock.unlink(missing_ok=True)
     if state_dir.exists() and any(state_dir.iterdir()):

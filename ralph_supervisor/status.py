@@ -15,7 +15,8 @@ from ralph_supervisor.control import ControlError, NoSupervisor, request
 from ralph_supervisor.files import history_jsonl, state_json, verify_jsonl
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.outcomes import breaker_label
-from ralph_supervisor.values import local_clock
+from ralph_supervisor.format import dollars, human_size, time_of_day
+from ralph_supervisor.values import as_float
 
 
 
@@ -53,9 +54,9 @@ def tmux_line(status: dict[str, Any]) -> str:
     limit = status.get("limit_until")
     outage = status.get("outage_since")
     if limit:
-        label = f"LIMIT until {local_clock(limit)}"
+        label = f"LIMIT until {time_of_day(limit)}"
     if outage:
-        label = f"OUTAGE since {local_clock(outage)}" + (f", frozen until {local_clock(limit)}" if limit else "")
+        label = f"OUTAGE since {time_of_day(outage)}" + (f", frozen until {time_of_day(limit)}" if limit else "")
     parts = [f"ralph: {label}", f"it{status.get('iteration', 0)}"]
     child = status.get("child")
     if isinstance(child, dict) and child.get("paused") and not limit:
@@ -76,17 +77,17 @@ def human(status: dict[str, Any]) -> str:
     lines.append(f"Failed calls:   {status.get('consecutive_failures', 0)} in a row")
     lines.append(f"Total opens:    {status.get('total_opens', 0)}")
     lines.append(f"Tokens used:    {status.get('tokens_used', 0)}")
-    lines.append(f"Cost:           ${status.get('cost_usd', 0.0) or 0.0:.4f}")
+    lines.append(f"Cost:           {dollars(as_float(status.get('cost_usd')) or 0.0, 4)}")
     if status.get("limit_until"):
         what = {"ceiling": "Usage ceiling:", "outage": "Outage wait:"}.get(str(status.get("wait_kind")), "Usage limit:")
-        lines.append(f"{what:<16}waiting until {local_clock(status['limit_until'])} "
+        lines.append(f"{what:<16}waiting until {time_of_day(status['limit_until'])} "
                      f"({status['limit_until']}); `ralph-supervise resume` ends the wait now")
     if status.get("outage_since"):
-        lines.append(f"API outage:     since {local_clock(status['outage_since'])} ({status['outage_since']}): "
+        lines.append(f"API outage:     since {time_of_day(status['outage_since'])} ({status['outage_since']}): "
                      f"{status.get('outage_message') or 'the agent cannot reach its API'}; nothing is counted")
     for window in status.get("usage") or []:
         if isinstance(window, dict):
-            resets = f", resets {local_clock(window['resets_at'])}" if window.get("resets_at") else ""
+            resets = f", resets {time_of_day(window['resets_at'])}" if window.get("resets_at") else ""
             lines.append(f"Usage window:   {window.get('window')} at {window.get('utilization')} %{resets}")
     sup = status.get("supervisor") or {}
     lines.append("Supervisor:     " + (f"running (pid {sup.get('pid')})" if sup.get("running") else "not running"))
@@ -100,8 +101,6 @@ def human(status: dict[str, Any]) -> str:
     snapshots = status.get("snapshots")
     if isinstance(snapshots, dict):
         latest = snapshots.get("latest") or {}
-        from ralph_supervisor.snapshots import human_size
-
         text = f"{snapshots.get('count', 0)} kept, {human_size(int(snapshots.get('bytes') or 0))}"
         if latest:
             text += f", the newest of iteration {latest.get('iteration')} ({latest.get('files')} files)"

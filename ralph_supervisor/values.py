@@ -12,7 +12,6 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ralph_supervisor.format import duration, human_bytes, time_of_day  # noqa: F401 - their readers import them here
 from ralph_supervisor.text import one_line
 
 
@@ -26,7 +25,7 @@ def as_int(value: Any) -> int:
     if isinstance(value, str):
         try:
             return int(float(value))
-        except ValueError:
+        except (ValueError, OverflowError):  # "nan", "inf"
             return 0
     if isinstance(value, (list, tuple, dict)):
         return len(value)  # `errors` may be the error lines themselves
@@ -40,7 +39,7 @@ def as_opt_int(value: Any) -> int | None:
     if isinstance(value, str):
         try:
             return int(float(value))
-        except ValueError:
+        except (ValueError, OverflowError):  # "nan", "inf"
             return None
     return as_int(value)
 
@@ -93,7 +92,3 @@ def parse_time(value: Any) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.timezone.utc)
     return moment.timestamp()
-
-
-local_clock = time_of_day
-"""`HH:MM` in the local time zone (`format.time_of_day`; the name its many readers import)."""

@@ -29,18 +29,16 @@ from rich.text import Text
 from ralph_supervisor import control, events, rotating
 from ralph_supervisor.rotating import complete_lines, tail_lines
 from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
-from ralph_supervisor.format import time_of_day
+from ralph_supervisor.files.history_jsonl import Transition
+from ralph_supervisor.format import dollars_share, duration, human_bytes, share, sparkline, time_of_day
 from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
-from ralph_supervisor.spend import dollars, share
 from ralph_supervisor.terminal import Outlet
 from ralph_supervisor.triggers import WAITS_FOR_HUMAN
-from ralph_supervisor.values import (  # noqa: F401 - re-exported: the view's helpers live there
+from ralph_supervisor.values import (
     as_float,
     as_int,
     as_opt_int,
     as_text,
-    duration,
-    human_bytes,
     parse_json_lines,
     parse_time,
 )
@@ -78,16 +76,6 @@ class IterationRow:
 
 
 @dataclass(frozen=True)
-class TransitionRow:
-    ts: str
-    iteration: int | None
-    from_state: str
-    to_state: str
-    trigger: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class ProcessRow:
     pid: int | None
     name: str
@@ -115,7 +103,7 @@ class Frame:
     live: bool
     current: CurrentIteration | None
     iterations: tuple[IterationRow, ...]
-    transitions: tuple[TransitionRow, ...]
+    transitions: tuple[Transition, ...]
     processes: tuple[ProcessRow, ...]
     notes: tuple[str, ...] = ()
     state_dir_exists: bool = True
@@ -153,8 +141,6 @@ def is_supervisor_started(record: Mapping[str, Any]) -> bool:
 
 def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
     """The report's timeline in small: changes (files and commits) and errors of the last iterations."""
-    from ralph_supervisor.report.account import sparkline
-
     rows = list(recent)[-width:]
     changes = [float(as_int(r.get("files_changed")) + as_int(r.get("commits"))) for r in rows]
     errors = [float(as_int(r.get("errors")) or (1 if r.get("failed") is True else 0)) for r in rows]
@@ -170,7 +156,7 @@ def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], bud
         costs = [c for c in (as_float(r.get("cost_usd")) for r in recent) if c is not None]
         cost = sum(costs) if costs else None
     if cost is not None or as_float(budgets.get("cost_budget")):
-        line += f" · dollars {dollars(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
+        line += f" · dollars {dollars_share(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
     return line
 
 
@@ -187,20 +173,9 @@ def timeline(records: Iterable[Mapping[str, Any]], limit: int = TIMELINE_ROWS) -
     return tuple(rows.values())[-limit:]
 
 
-def transitions(records: Iterable[Mapping[str, Any]], limit: int = TRANSITION_ROWS) -> tuple[TransitionRow, ...]:
-    rows = [
-        TransitionRow(
-            ts=as_text(r.get("ts") or r.get("timestamp"), 40),
-            iteration=as_opt_int(r.get("iteration")),
-            from_state=as_text(r.get("from"), 20) or "?",
-            to_state=as_text(r.get("to"), 20) or "?",
-            trigger=as_text(r.get("trigger"), 40),
-            reason=as_text(r.get("reason"), 300),
-        )
-        for r in records
-        if "to" in r or "from" in r
-    ]
-    return tuple(rows[-limit:])
+def transitions(records: Iterable[Mapping[str, Any]], limit: int = TRANSITION_ROWS) -> tuple[Transition, ...]:
+    """The last `limit` lines of history.jsonl that record a transition, as its owner reads them."""
+    return tuple(history_jsonl.transitions(records)[-limit:])
 
 
 def processes(status: Mapping[str, Any] | None) -> tuple[ProcessRow, ...]:
@@ -332,7 +307,7 @@ def _header(snap: Frame, now: float) -> Panel:
     if isinstance(cgroup, dict):
         memory = as_int(cgroup.get("memory_bytes")) if cgroup.get("memory_bytes") is not None else None
         grid.add_row("cgroup", Text(f"{as_int(cgroup.get('tasks'))} processes, {cgroup.get('cpu_s')} CPU s"
-                                    + (f", {memory / 2**20:.0f} MiB" if memory is not None else ""), style="dim"))
+                                    + (f", {human_bytes(memory)}" if memory is not None else ""), style="dim"))
     usage = [w for w in view.get("usage") or [] if isinstance(w, dict)]
     if usage:
         grid.add_row("usage", Text(", ".join(f"{as_text(w.get('window'), 40)} {w.get('utilization')} %"
@@ -409,7 +384,7 @@ def _timeline_table(rows: tuple[IterationRow, ...]) -> Table:
     return table
 
 
-def _transitions_table(rows: tuple[TransitionRow, ...]) -> Table:
+def _transitions_table(rows: tuple[Transition, ...]) -> Table:
     table = Table(title="breaker transitions", title_justify="left", expand=True, box=box.SIMPLE_HEAD,
                   show_edge=False)
     table.add_column("time", no_wrap=True)
@@ -420,9 +395,9 @@ def _transitions_table(rows: tuple[TransitionRow, ...]) -> Table:
     if not rows:
         table.add_row(Text("none yet", style="dim"), "", "", "", "")
     for row in reversed(rows):  # newest first: the one that matters is on top
-        change = Text(row.from_state, style=STATE_STYLE.get(row.from_state, ""))
+        change = Text(row.from_state or "?", style=STATE_STYLE.get(row.from_state, ""))
         change.append(" → ")
-        change.append(row.to_state, style=STATE_STYLE.get(row.to_state, ""))
+        change.append(row.to_state or "?", style=STATE_STYLE.get(row.to_state, ""))
         table.add_row(clock(row.ts), "" if row.iteration is None else str(row.iteration), change, row.trigger, row.reason)
     return table
 

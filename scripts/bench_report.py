@@ -8,9 +8,11 @@ Then, alternating, median of the rounds:
   - ours: `python -m ralph_supervisor report --html FILE` as a user runs it (Python start-up included),
   - baseline: a `python -c` that only reads and json-parses every line of the same files (the floor any
     report of these files pays),
-and the HTML file's size. Writes docs/bench/report.md (and .json for scripts/bench.sh's summary).
+and the HTML file's size. With `--before DIR` (a checkout of another commit, e.g. `git worktree add DIR main`),
+that checkout's `report --html` runs in the same rounds too, so a change to the report is measured against
+the code before it side by side. Writes docs/bench/report.md (and .json for scripts/bench.sh's summary).
 
-Usage: scripts/bench_report.py [--quick] [--rounds N]
+Usage: scripts/bench_report.py [--quick] [--rounds N] [--before DIR]
 """
 
 from __future__ import annotations
@@ -62,11 +64,11 @@ def workspace_with_commits(root: Path, start: float, commits: int) -> Path:
     return ws
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one run of `argv`."""
+def timed(argv: list[str], root: Path = ROOT) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one run of `argv`, with the package of `root`."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=str(root)))
     code, usage = wait_rusage(proc, timeout=600)
     wall = time.perf_counter() - started
     if code != 0:
@@ -74,7 +76,7 @@ def timed(argv: list[str]) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1024
 
 
-def measure(iterations: int, rounds: int) -> dict[str, float]:
+def measure(iterations: int, rounds: int, before: Path | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="ralph-bench-report-") as tmp:
         start = 1796100000.0
         ws = workspace_with_commits(Path(tmp), start, 50)
@@ -83,25 +85,37 @@ def measure(iterations: int, rounds: int) -> dict[str, float]:
         html = Path(tmp) / "report.html"
         ours_argv = [sys.executable, "-m", "ralph_supervisor", "report", "-w", str(ws), "--html", str(html)]
         floor_argv = [sys.executable, "-c", FLOOR, str(state_dir)]
-        ours, floor, rss = [], [], []
+        ours, floor, rss, earlier = [], [], [], []
         for _ in range(rounds):
             wall, peak = timed(ours_argv)
             ours.append(wall)
             rss.append(peak)
             floor.append(timed(floor_argv)[0])
+            if before is not None:
+                earlier.append(timed([*ours_argv[:-1], str(html.with_name("before.html"))], before)[0])
         files = sum(p.stat().st_size for p in state_dir.iterdir())
-        return {"ours": statistics.median(ours), "floor": statistics.median(floor), "rss": max(rss),
-                "html": html.stat().st_size, "files": files}
+        result = {"ours": statistics.median(ours), "floor": statistics.median(floor), "rss": max(rss),
+                  "html": html.stat().st_size, "files": files,
+                  "spread": (max(ours) - min(ours)) / statistics.median(ours)}
+        if earlier:
+            result["before"] = statistics.median(earlier)
+        return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds instead of 5")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--before", type=Path, default=None, help="a checkout of another commit, timed alongside")
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 5)
     load = loadavg()
-    results = {n: measure(n, rounds) for n in (1000, 10000)}
+    before = args.before.resolve() if args.before else None
+    commit = ""
+    if before is not None:
+        commit = subprocess.run(["git", "-C", str(before), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or before.name
+    results = {n: measure(n, rounds, before) for n in (1000, 10000)}
     rows: list[Row] = []
     for n, r in results.items():
         target = "< 2 s" if n == 1000 else "(for reference)"
@@ -113,6 +127,12 @@ def main() -> None:
                         "< 2 MB" if n == 1000 else "(for reference)", (r["html"] < 2e6) if n == 1000 else None))
         rows.append(Row(f"`report` peak RSS, {n:,} iterations (worst run)", fmt_mib(r["rss"]), "", "",
                         "(for reference)"))
+        if "before" in r:
+            rows.append(Row(f"`report --html`, {n:,} iterations: this code against {commit} (median)",
+                            f"{r['ours']:.2f} s", f"{r['before']:.2f} s ({commit})", f"{r['ours'] / r['before']:.2f}",
+                            f"<= 1 + spread ({r['spread']:.2f})", r["ours"] / r["before"] <= 1 + r["spread"]))
+    before_note = (f"\n`{commit}`'s `report --html` runs in the same rounds (the code before a change); the spread is"
+                   " ours' (max - min) / median over the rounds.") if commit else ""
     markdown = f"""## Report
 
 `ralph-supervise report --html FILE` on state folders written the way the supervisor writes them
@@ -120,7 +140,7 @@ def main() -> None:
 replies, errors, usage limits, costs), in a workspace that is a git repository with 50 commits made during
 the run (the report asks git for them and the diffstat). Ours and the baseline alternate, {rounds} rounds each,
 median; both are whole processes as a user starts them. The baseline only reads and json-parses every line
-of the same files: the floor any report of them pays.
+of the same files: the floor any report of them pays.{before_note}
 
 {table(rows)}
 

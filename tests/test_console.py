@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len
 
-from ralph_supervisor.console import WIDTH, ConsoleLines, money, tokens
+from ralph_supervisor.console import WIDTH, ConsoleLines
+from ralph_supervisor.format import dollars, tokens
 from ralph_supervisor.logging import configure_logging
 
 TS = "2026-12-02T02:43:37.386Z"
@@ -125,7 +126,7 @@ def test_a_limit_wait_says_until_when_and_an_absurd_time_does_not_crash() -> Non
 def test_small_numbers() -> None:
     assert [tokens(None), tokens(980), tokens(12_345), tokens(2_500_000)] == ["? tok", "980 tok", "12.3k tok", "2.5M tok"]
     assert tokens(999_999) == "1.0M tok"
-    assert [money(None), money(0.012), money(1234.5)] == ["$?", "$0.01", "$1,234"]
+    assert [dollars(None, brief=True), dollars(0.012, brief=True), dollars(1234.5, brief=True)] == ["$?", "$0.01", "$1,234"]
 
 
 def _configure(tmp_path: Path, detail: str, fmt: str = "console") -> tuple[io.StringIO, Path]:

@@ -9,7 +9,8 @@ from rich.cells import cell_len
 
 from ralph_supervisor import countdown
 from ralph_supervisor.breaker import Breaker, Thresholds
-from ralph_supervisor.countdown import Countdown, Wait, bar, left, text, waits_now
+from ralph_supervisor.countdown import Countdown, Wait, bar, text, waits_now
+from ralph_supervisor.format import duration
 from ralph_supervisor.iteration import IterationReport
 from tests.test_terminal import outlet_on_a_pty
 
@@ -22,6 +23,9 @@ def test_the_module_examples_hold() -> None:
 
 
 def test_time_left_rounds_up_and_the_bar_fills() -> None:
+    def left(seconds: float) -> str:
+        return duration(seconds, "left")
+
     assert [left(0), left(0.2), left(59.5), left(3 * 3600 - 48), left(2 * 86400 + 5)] == [
         "0:00:00", "0:00:01", "0:01:00", "2:59:12", "2d 0:00:05"]
     wait = Wait("limit", "LIMIT wait", NOW, NOW + 100)

@@ -18,13 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ralph_supervisor import report
-from ralph_supervisor.report.account import (
-    build_account,
-    choose_runs,
-    sparkline,
-    split_runs,
-    verdict_line,
-)
+from ralph_supervisor.breaker import Snapshot
+from ralph_supervisor.files import events_jsonl, history_jsonl, ledger_json, state_json
+from ralph_supervisor.format import sparkline
+from ralph_supervisor.report.account import build_account
+from ralph_supervisor.report.runs import choose_runs, split_runs
+from ralph_supervisor.report.verdict import verdict_line
 from ralph_supervisor.report.sources import GitFacts, Records, read_records
 from ralph_supervisor.rotating import read_json_lines
 from tests.helpers import state_dir_of
@@ -197,7 +196,8 @@ def test_a_running_supervisor_is_running_paused_or_waiting_by_its_state(tmp_path
     events = [e for e in records.events if e.get("event") != "supervisor_stopped"]
 
     def verdict(state: dict[str, object]) -> str:
-        live = Records(records.state_dir, state, [], events, records.ledger, None, running_pid=4242)
+        live = Records(records.state_dir, state_json.parse(state)[0], [], events, records.ledger, None,
+                       running_pid=4242)
         runs = choose_runs(split_runs(events), None, NOW)
         return build_account(live, runs, GitFacts(), now=NOW).verdict.line
 
@@ -317,7 +317,8 @@ RECORD = st.dictionaries(
 @given(events=st.lists(RECORD, max_size=25), history=st.lists(RECORD, max_size=6),
        state=st.one_of(st.none(), RECORD), running=st.booleans())
 def test_any_records_give_a_report_in_every_format(events, history, state, running) -> None:
-    records = Records(Path("/srv/proj/.ralph-supervise"), state, history, events, [], None,
+    recorded = state_json.parse(state)[0] if state is not None else None
+    records = Records(Path("/srv/proj/.ralph-supervise"), recorded, history_jsonl.transitions(history), events, [], None,
                       running_pid=1 if running else None)
     account = build_account(records, choose_runs(split_runs(events), None, NOW), GitFacts(), now=NOW)
     assert account.verdict.line
@@ -530,3 +531,20 @@ def test_a_loop_that_failed_by_itself_is_sent_to_the_child_log_of_its_own_state_
     assert "code 3" in out
     assert f"`{state_dir / 'child.log'}`" in out
     assert ".ralph-supervise/child.log" not in out
+
+
+def test_the_runs_dollars_come_from_state_json_when_no_iteration_says_what_it_cost(tmp_path: Path) -> None:
+    """The events that carry each call's cost rotated away, the ledger and state.json left: the dollars are the
+    breaker's count in state.json (`cost_used`; the report once looked for a `cost_usd` key never written)."""
+    state_dir = tmp_path / "proj" / ".ralph-supervise"
+    state_dir.mkdir(parents=True)
+    state_json.save(state_dir, Snapshot(iteration=3, tokens_used=900, cost_used=1.25))
+    (state_dir / ledger_json.NAME).write_text(json.dumps({"goal": "g", "attempts": [
+        {"iteration": n, "action": f"step {n}", "outcome": "success", "error": None, "tokensUsed": 300}
+        for n in (1, 2, 3)]}))
+    (state_dir / events_jsonl.NAME).write_text("".join(json.dumps(e) + "\n" for e in [  # a run, its calls rotated away
+        {"event": "supervisor_started", "ts": "2026-12-01T10:00:00.000Z", "workspace": str(state_dir.parent)},
+        {"event": "supervisor_stopped", "ts": "2026-12-01T11:00:00.000Z", "code": 0}]))
+    account = report.collect(state_dir, now=NOW, git=False)
+    assert account.spend.iterations == 3 and account.spend.cost_usd == 1.25
+    assert "| dollars | $1.25 |" in report.render_markdown(account)

@@ -216,7 +216,7 @@ def output_decline(
 
 def dollars(value: float) -> str:
     """A budget's dollars in a reason: cents, or four places under ten cents."""
-    return fmt.dollars(value) if value >= 0.1 or value == 0 else fmt.dollars(value, 4)
+    return fmt.dollars(value, small=True)
 
 
 def caps(s: Snapshot, report: IterationReport, t: Thresholds, daily_tokens_today: int,

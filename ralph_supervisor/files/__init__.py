@@ -11,6 +11,7 @@ appended and rotated) and locks it where several processes share it:
 | `ledger.json` | `files/ledger_json.py` |
 | `daily-spend.json` | `files/daily_spend_json.py` |
 | `escalation.md` | `files/escalation_md.py` |
+| `report.html` | `files/report_html.py` (written by `report/`) |
 | `events.jsonl` | `files/events_jsonl.py` (written through `logging.py`; the event names: `events.py`) |
 | `supervisor.lock` | `files/lock.py` |
 | `child.log` | `files/child_log.py` |

@@ -9,6 +9,7 @@ Bounded: the last `MAX_ATTEMPTS` attempts are kept (the rules judge the recent t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,22 @@ class Ledger:
                                           report.first_error or None, report.tokens or 0))
         del self.attempts[:-MAX_ATTEMPTS]
         store.atomic_write_text(path(self.state_dir), dump_ledger(self.goal, self.attempts))
+
+
+def read_attempts(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The attempts as they are (one per iteration: action, outcome, error, tokens), for the report, or none
+    and a one-line warning; only reads (the supervisor moves a bad file aside at its start)."""
+    file = path(state_dir)
+    try:
+        data = json.loads(file.read_bytes())
+    except FileNotFoundError:
+        return [], None
+    except (OSError, ValueError, RecursionError) as exc:
+        return [], f"{NAME} is unreadable ({str(exc)[:120]}): the agent's actions are not shown"
+    attempts = data.get("attempts") if isinstance(data, dict) else None
+    if not isinstance(attempts, list):
+        return [], f"{NAME} has no attempts list: the agent's actions are not shown"
+    return [a for a in attempts if isinstance(a, dict)], None
 
 
 def outcome_of(report: IterationReport) -> str:

@@ -2,6 +2,10 @@
 
 Readers differ only in what they do with a bad file: the supervisor moves it aside and starts CLOSED
 (`load(..., move_bad=True)`); `status`, `watch` and the scripts only read and report (`load` / `read_dict`).
+What the file holds besides the breaker (`limit_until`, `updated_at`, `supervisor_pid`) is read here too:
+`read` (the breaker checked as the supervisor checks it, for the report) and `shown` (each field on its own,
+for `ls`, the page and `restore`, which show a loop whatever version wrote its file) are the only readers
+that name a key.
 
     >>> snapshot, warning = load(Path("/tmp/ralph-example/.ralph-supervise"))
     >>> snapshot is None and warning is None  # no file yet: a fresh CLOSED breaker
@@ -11,13 +15,16 @@ Readers differ only in what they do with a bad file: the supervisor moves it asi
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import store
-from ralph_supervisor.breaker import Snapshot
+from ralph_supervisor.breaker import Snapshot, State
 from ralph_supervisor.text import one_line
+from ralph_supervisor.values import parse_time
 
 NAME = "state.json"
 READ_LIMIT = 1 << 20
@@ -56,6 +63,85 @@ def read_dict(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     if os_error is not None:
         return None, f"cannot read {NAME}: {os_error}"
     return value, None if problem is None else f"{NAME} is {problem} (ignored)"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The file as the supervisor wrote it: the breaker, checked, and what was saved beside it."""
+
+    snapshot: Snapshot
+    limit_until: float | None = None
+    """The end of a usage-limit wait the supervisor was in when it wrote the file (None: none)."""
+
+
+def read(state_dir: Path) -> tuple[Recorded | None, str | None]:
+    """The breaker checked as the supervisor checks it (`Snapshot.from_dict`), or None and a one-line note
+    (none for a missing file). Never moves or rewrites the file."""
+    data, note = read_dict(state_dir)
+    return (None, note) if data is None else parse(data)
+
+
+def parse(data: dict[str, Any]) -> tuple[Recorded | None, str | None]:
+    """The file's JSON object as `Recorded`, or None and what is wrong with it in one line."""
+    try:
+        snapshot = Snapshot.from_dict(data.get("breaker", data))
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        return None, f"{NAME}: {one_line(exc, 160)}"
+    return Recorded(snapshot, parse_time(data.get("limit_until"))), None
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What the file says, for the views that only show it: each field checked on its own, so a bad field
+    costs only itself (`state` is "?" when the file names no valid state)."""
+
+    state: str = "?"
+    trigger: str | None = None
+    reason: str = ""
+    iteration: int | None = None
+    tokens_used: int | None = None
+    cost_usd: float | None = None
+    """The breaker's `cost_used`: the run's dollars so far."""
+    total_opens: int = 0
+    opened_at: float | None = None
+    final: bool = False
+    limit_until: str | None = None
+    updated_at: str | None = None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def shown(state_dir: Path) -> tuple[Shown | None, str | None]:
+    """The file's fields for a view, or None and a note (None for a missing file); never moves the file."""
+    data, note = read_dict(state_dir)
+    if data is None:
+        return None, note
+    text = {key: data[key] for key in ("trigger", "reason", "limit_until", "updated_at")
+            if isinstance(data.get(key), str)}
+    cost = _number(data.get("cost_used"))
+    opened = _number(data.get("opened_at"))
+    valid = data.get("state") in tuple(s.value for s in State)
+    return Shown(
+        state=data["state"] if valid else "?",
+        trigger=text.get("trigger"),
+        reason=text.get("reason", ""),
+        iteration=_count(data.get("iteration")),
+        tokens_used=_count(data.get("tokens_used")),
+        cost_usd=cost if cost is not None and 0 <= cost < 1e12 else None,
+        total_opens=_count(data.get("total_opens")) or 0,
+        opened_at=opened if opened is not None and opened > 0 else None,
+        final=data.get("final") is True,
+        limit_until=text.get("limit_until"),
+        updated_at=text.get("updated_at"),
+    ), None if valid else f"{NAME} has no valid state"
 
 
 def load(state_dir: Path, *, move_bad: bool = False) -> tuple[Snapshot | None, str | None]:

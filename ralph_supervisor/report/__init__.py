@@ -33,20 +33,19 @@ from ralph_supervisor import masking
 from ralph_supervisor.masking import Masker
 
 from ralph_supervisor import store
+from ralph_supervisor.files import report_html
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.records import Warnings
-from ralph_supervisor.report.account import Account, build_account, choose_runs, split_runs
+from ralph_supervisor.report.account import Account, build_account
 from ralph_supervisor.report.html import render_html
 from ralph_supervisor.report.markdown import render_markdown
+from ralph_supervisor.report.runs import choose_runs, split_runs
 from ralph_supervisor.report.sources import GitFacts, Records, read_git, read_records
 
-__all__ = ["REPORT_FILE", "Account", "ReportWriter", "collect", "main", "parse_since", "render_apart", "render_html",
+__all__ = ["Account", "ReportWriter", "collect", "main", "parse_since", "render_apart", "render_html",
            "render_markdown", "to_json", "write_html"]
 
 log = structlog.get_logger(__name__)
-
-REPORT_FILE = "report.html"
-
 
 def parse_since(text: str, now: float) -> float:
     """`--since`: an ISO-8601 moment (`2026-12-01T08:00Z`, naive means UTC) or a duration back from now
@@ -78,7 +77,7 @@ def collect(state_dir: Path, *, since: float | None = None, now: float | None = 
     if git:
         workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(state_dir.parent)
         facts = read_git(Path(workspace), runs[0].started_at if runs else None)
-    html = state_dir / REPORT_FILE
+    html = report_html.path(state_dir)
     return build_account(records, runs, facts, now=moment, since=since,
                          report_html=str(html) if html.exists() else "")
 
@@ -115,7 +114,7 @@ def write_html(account: Account, path: Path) -> int:
 
 def write_report(state_dir: Path) -> Path:
     """`state_dir/report.html` from what the folder holds now (its latest run)."""
-    path = state_dir / REPORT_FILE
+    path = report_html.path(state_dir)
     account = collect(state_dir)
     text = render_html(dataclasses.replace(account, report_html=str(path)))
     store.atomic_write_bytes(path, _masked(account, text).encode("utf-8"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ralph_supervisor.files import report_html
 from ralph_supervisor.report import write_report
 
 
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
     try:
         write_report(Path(argv[0]))
     except Exception as exc:  # noqa: BLE001 - one line for the supervisor's warning
-        print(f"cannot write {Path(argv[0]) / 'report.html'}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+        print(f"cannot write {report_html.path(Path(argv[0]))}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
         return 1
     return 0
 

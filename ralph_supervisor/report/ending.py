@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from ralph_supervisor.breaker import State
+from ralph_supervisor.format import dollars_share, share
 from ralph_supervisor.report import collect
 from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.markdown import iterations_line, why
 from ralph_supervisor.report.sources import read_records
 from ralph_supervisor.state_folder import is_default
-from ralph_supervisor.spend import dollars, share
 
 LABEL = 12
 """The labels' column: `  Why:        ...`."""
@@ -51,7 +52,7 @@ def end_lines(account: Account, *, run_args: Sequence[str], breaker_open: bool) 
     s = account.spend
     rows = [("Why", why(account)),
             ("Iterations", iterations_line(account)),
-            ("Spend", f"tokens {share(s.tokens, s.token_budget)}; dollars {dollars(s.cost_usd, s.cost_budget)}"),
+            ("Spend", f"tokens {share(s.tokens, s.token_budget)}; dollars {dollars_share(s.cost_usd, s.cost_budget)}"),
             ("Report", account.report_html),
             ("Escalation", account.escalation or "" if account.residual is not None else ""),
             ("Continue", continue_command(account, run_args, breaker_open=breaker_open))]
@@ -66,7 +67,7 @@ def say_the_end(state_dir: Path, run_args: Sequence[str], stream: TextIO, *, col
     try:
         records = dataclasses.replace(read_records(state_dir), running_pid=None)  # ours: we are leaving
         account = collect(state_dir, git=False, records=records)
-        breaker_open = (records.state or {}).get("state", "CLOSED") != "CLOSED"
+        breaker_open = records.state is not None and records.state.snapshot.state is not State.CLOSED
         lines = end_lines(account, run_args=run_args, breaker_open=breaker_open)
     except Exception as exc:  # noqa: BLE001 - the run is over whatever the account says
         lines = [f"ralph-supervise: the run's summary cannot be read ({type(exc).__name__}: {exc}); "

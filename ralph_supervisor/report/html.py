@@ -16,12 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor.format import dollars_share, duration, share, utc_time
 from ralph_supervisor.report import verified
-from ralph_supervisor.report.account import Account, IterationRow, stamp
+from ralph_supervisor.report.account import Account
 from ralph_supervisor.report.markdown import box_of, worktree_of
-from ralph_supervisor.spend import dollars, share
+from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.text import one_line
-from ralph_supervisor.values import duration
 
 TABLE_ROWS = 1000
 """The iterations listed as table rows (the newest); the plot always holds every iteration."""
@@ -99,8 +99,8 @@ def _facts(a: Account) -> str:
         ("wall time", duration(a.wall_s)),
         ("iterations", f"{s.iterations}" + (f" of {s.max_iterations}" if s.max_iterations else "")),
         ("tokens", share(s.tokens, s.token_budget)),
-        ("dollars", dollars(s.cost_usd, s.cost_budget)),
-        ("runs", f"{len(a.runs)}: {stamp(first)} → {stamp(last) if last else 'now'}"),
+        ("dollars", dollars_share(s.cost_usd, s.cost_budget)),
+        ("runs", f"{len(a.runs)}: {utc_time(first)} → {utc_time(last) if last else 'now'}"),
         ("workspace", a.workspace),
     ]
     if box_of(a):
@@ -129,12 +129,12 @@ def _table(rows: tuple[IterationRow, ...]) -> str:
         cls = ["k%d" % _kind(r)] + (["trial"] if r.trial else []) + (["tripped"] if r.tripped else [])
         if r.progress:
             cls.append("progress")
-        took = "?" if r.duration_s is None else (f"{r.duration_s:.1f}s" if r.duration_s < 60 else duration(r.duration_s))
+        took = duration(r.duration_s, "tenths")
         note = one_line(r.first_error or r.action, 160)
         if r.tripped:
             note = f"opened the breaker ({r.tripped}). {note}"
         body.append(
-            f'<tr class="{" ".join(cls)}"><td>{r.number}</td><td>{_e(stamp(r.started_at)[11:19])}</td><td>{took}</td>'
+            f'<tr class="{" ".join(cls)}"><td>{r.number}</td><td>{_e(utc_time(r.started_at, "%H:%M:%S", otherwise=""))}</td><td>{took}</td>'
             f"<td>{r.files_changed}</td><td>{r.commits}</td><td>{r.errors}</td>"
             f"<td>{'?' if r.tokens is None else f'{r.tokens:,}'}</td><td>{_e(r.said)}</td>"
             f"<td>{_e(note)}</td></tr>")
@@ -311,7 +311,7 @@ def _marks_list(a: Account) -> str:
     items = []
     for m in a.marks[-60:]:
         where = f"iteration {m.iteration}" if m.iteration is not None else f"after {max(0, int(m.x + 0.5))} iterations"
-        items.append(f'<li><span class="m-{_e(m.kind)}">{_e(stamp(m.at)[11:19] or "?")}</span> ({_e(where)}): '
+        items.append(f'<li><span class="m-{_e(m.kind)}">{_e(utc_time(m.at, "%H:%M:%S"))}</span> ({_e(where)}): '
                      f"{_e(one_line(m.text, 200))}</li>")
     return '<ul class="marks">' + "".join(items) + "</ul>"
 
@@ -347,7 +347,7 @@ def render_html(a: Account) -> str:
         "<section><h2>Iterations</h2>", _table(a.iterations), "</section>",
         verified.section(verified.read_points(Path(a.state_dir)), a.iterations) if a.state_dir else "",
         _sections(a),
-        f'<p class="dim">Written {_e(stamp(a.generated_at))} from {_e(a.state_dir)}.</p>',
+        f'<p class="dim">Written {_e(utc_time(a.generated_at))} from {_e(a.state_dir)}.</p>',
         "</main>",
         f"<script>{script}</script>",
         f'<script type="application/json" id="report-data">{_script_json(plot_data(a))}</script>',

@@ -9,18 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor.format import dollars_share, duration, md_cell, share, sparkline, utc_time
 from ralph_supervisor.outcomes import BLOCKED, CUT_SHORT, FAILED, LIMITED, OUTAGE, outcome_of
 from ralph_supervisor.report import verified
-from ralph_supervisor.report.account import (
-    Account,
-    IterationRow,
-    sparkline,
-    stamp,
-)
-from ralph_supervisor.spend import dollars, share
-from ralph_supervisor.format import md_cell
+from ralph_supervisor.report.account import Account
+from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.text import one_line
-from ralph_supervisor.values import duration
 
 TIMELINE_ROWS = 30
 """The last iterations shown as table rows (the sparkline covers all of them)."""
@@ -32,12 +26,6 @@ COMMIT_ROWS = 15
 
 MARK_SYMBOL = {"open": "⏸", "final": "■", "pause": "⏸", "trial": "▶", "close": "✔", "reset": "↺",
                "limit_wait": "⌛", "restart": "↻", "run_start": "↻", "exit": "⏹"}
-
-
-def _secs(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    return f"{seconds:.1f}s" if seconds < 60 else duration(seconds)
 
 
 def _note(row: IterationRow) -> str:
@@ -63,7 +51,7 @@ def timeline_table(rows: Sequence[IterationRow]) -> list[str]:
     out = ["| # | started | took | files | commits | errors | tokens | outcome | note |",
            "|---:|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        out.append(f"| {r.number} | {stamp(r.started_at)[11:19] or '?'} | {_secs(r.duration_s)} | {r.files_changed} "
+        out.append(f"| {r.number} | {utc_time(r.started_at, '%H:%M:%S')} | {duration(r.duration_s, 'tenths')} | {r.files_changed} "
                    f"| {r.commits} | {r.errors} | {_tokens(r)} | {md_cell(r.said, 30)} | {md_cell(_note(r))} |")
     return out
 
@@ -124,7 +112,7 @@ def render_markdown(a: Account) -> str:
         out += [""] + [f"- {line}" for line in a.waits]
     first = a.runs[0].started_at if a.runs else None
     last = a.runs[-1].ended_at if a.runs else None
-    span = f"{stamp(first)} → {stamp(last) if last else 'now'}"
+    span = f"{utc_time(first)} → {utc_time(last) if last else 'now'}"
     s = a.spend
     iterations = iterations_line(a)
     out += [
@@ -139,7 +127,7 @@ def render_markdown(a: Account) -> str:
         f"| wall time | {duration(a.wall_s)} |",
         f"| iterations | {iterations} |",
         f"| tokens | {share(s.tokens, s.token_budget)} |",
-        f"| dollars | {dollars(s.cost_usd, s.cost_budget)} |",
+        f"| dollars | {dollars_share(s.cost_usd, s.cost_budget)} |",
     ]
     if a.runs and a.runs[-1].exit_code is not None:
         out.append(f"| supervisor exit code | {a.runs[-1].exit_code} |")
@@ -161,7 +149,7 @@ def render_markdown(a: Account) -> str:
             out.append("")
             for m in a.marks[-MARK_ROWS:]:
                 where = f"iteration {m.iteration}" if m.iteration is not None else f"after {max(0, int(m.x + 0.5))} iterations"
-                out.append(f"- {MARK_SYMBOL.get(m.kind, '•')} {stamp(m.at)[11:19] or '?'} ({where}): {one_line(m.text, 240)}")
+                out.append(f"- {MARK_SYMBOL.get(m.kind, '•')} {utc_time(m.at, '%H:%M:%S')} ({where}): {one_line(m.text, 240)}")
             if len(a.marks) > MARK_ROWS:
                 out.append(f"- … {len(a.marks) - MARK_ROWS} earlier mark(s)")
             out.append("")

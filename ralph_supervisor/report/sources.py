@@ -11,7 +11,6 @@ that is the supervisor's business when it starts).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -85,8 +84,8 @@ class Records:
     """What the state folder held when it was read: raw records, oldest first, and what was not readable."""
 
     state_dir: Path
-    state: dict[str, Any] | None
-    history: list[dict[str, Any]]
+    state: state_json.Recorded | None
+    history: list[history_jsonl.Transition]
     events: list[dict[str, Any]]
     ledger: list[dict[str, Any]]
     escalation: Path | None
@@ -106,11 +105,11 @@ def read_records(state_dir: Path) -> Records:
     warnings: list[str] = []
     state, warning = read_state(state_dir)
     warnings += [warning] if warning else []
-    history, more = history_jsonl.read_all(state_dir)
+    history, more = history_jsonl.read_transitions(state_dir)
     warnings += more
     read_events, more = events.read(state_dir, EVENTS_READ)
     warnings += more
-    ledger, warning = read_ledger(state_dir)
+    ledger, warning = ledger_json.read_attempts(state_dir)
     warnings += [warning] if warning else []
     escalation = escalation_md.path(state_dir)
     return Records(
@@ -137,35 +136,10 @@ def _snapshots(state_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def read_state(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """`state.json` as its owner reads it, checked as the supervisor would (`breaker.Snapshot.from_dict`);
-    keys the snapshot does not know (`limit_until`, `cost_usd`, ...) are kept."""
-    from ralph_supervisor.breaker import Snapshot
-
-    data, note = state_json.read_dict(state_dir)
-    if data is None:
-        return None, (f"{note}: the breaker's state is not shown" if note else None)
-    try:
-        snapshot = Snapshot.from_dict(data.get("breaker", data)).to_dict()
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-        return None, f"{state_json.NAME}: {str(exc)[:160]}: the breaker's state is not shown"
-    extras = {k: v for k, v in data.items() if k not in snapshot}
-    return {**extras, **snapshot}, None
-
-
-def read_ledger(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:
-    """The attempts of the supervisor's own `ledger.json` (one per iteration: action, outcome, error, tokens)."""
-    path = ledger_json.path(state_dir)
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return [], None
-    except (OSError, ValueError, RecursionError) as exc:
-        return [], f"{path.name} is unreadable ({str(exc)[:120]}): the agent's actions are not shown"
-    attempts = data.get("attempts") if isinstance(data, dict) else None
-    if not isinstance(attempts, list):
-        return [], f"{path.name} has no attempts list: the agent's actions are not shown"
-    return [a for a in attempts if isinstance(a, dict)], None
+def read_state(state_dir: Path) -> tuple[state_json.Recorded | None, str | None]:
+    """`state.json` as its owner reads it, checked as the supervisor would (`breaker.Snapshot.from_dict`)."""
+    state, note = state_json.read(state_dir)
+    return state, (f"{note}: the breaker's state is not shown" if note else None)
 
 
 # -- the workspace's git ---------------------------------------------------------------------

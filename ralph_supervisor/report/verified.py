@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor.files import verify_jsonl
+from ralph_supervisor.format import md_cell, sparkline
 
 POINTS_MAX = 5000
 """Verifies read for the report (the newest)."""
@@ -149,7 +150,6 @@ def markdown(points: Sequence[VerifyPoint], rows: int = 20) -> list[str]:
     """The Markdown report's lines: passed per verify as a sparkline, and the verifies that changed something."""
     if not points:
         return []
-    from ralph_supervisor.report.account import sparkline  # the timeline's own sparkline
 
     out = ["", "## Tests (the supervisor's own verifies)", ""]
     shown = [p for p in points if p.unverified is None]
@@ -164,5 +164,5 @@ def markdown(points: Sequence[VerifyPoint], rows: int = 20) -> list[str]:
             counts = f"unverified: {p.unverified}" if p.unverified else f"{p.passed} passed, {p.failed} failed, {p.skipped} skipped"
             cells = [str(p.iteration), counts, ", ".join(p.fixed[:NAMES_SHOWN]), ", ".join(p.broke[:NAMES_SHOWN]),
                      "; ".join(p.weakened[:3])]
-            out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ")[:200] for c in cells) + " |")
+            out.append("| " + " | ".join(md_cell(c, 200, empty="") for c in cells) + " |")
     return out

@@ -29,8 +29,8 @@ def ask_supervisor(state_dir: Path, name: str) -> tuple[int, dict[str, Any]]:
         result = request(state_dir, name, timeout=STOP_TIMEOUT if name == "stop" else 30.0)
     except NoSupervisor:
         error = "no supervisor is running for this loop"
-        data, _note = state_json.read_dict(state_dir)
-        if data and data.get("final") is True:   # the rule of the commands: a final open needs `reset`
+        state, _note = state_json.shown(state_dir)
+        if state is not None and state.final:   # the rule of the commands: a final open needs `reset`
             error += "; its breaker opened for good: reset clears it, then start the loop again"
         return 409, {"ok": False, "error": error}
     except ControlError as exc:

@@ -25,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from ralph_supervisor.files import escalation_md as escalation_file
+from ralph_supervisor.files import report_html
 from ralph_supervisor.serve import auth
 from ralph_supervisor.serve.actions import ACTIONS, ask_supervisor
 from ralph_supervisor.serve.loop_page import loop_report
@@ -271,7 +272,7 @@ class Server:
     async def report_html(self, request: web.Request) -> web.StreamResponse:
         loop = await self._loop(request)
         try:
-            data = (loop.state_dir / "report.html").read_bytes()
+            data = report_html.path(loop.state_dir).read_bytes()
         except OSError:
             raise web.HTTPNotFound(text="this loop has no report.html yet (it is written at an open and at exit)")
         return web.Response(body=data, content_type="text/html", charset="utf-8",

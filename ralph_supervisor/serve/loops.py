@@ -26,8 +26,9 @@ from typing import Any
 
 from ralph_supervisor import fleet, registry
 from ralph_supervisor import events
-from ralph_supervisor.files import escalation_md, events_jsonl, state_json
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text
+from ralph_supervisor.files import escalation_md, events_jsonl, report_html, state_json
+from ralph_supervisor.store import iso_utc
+from ralph_supervisor.values import as_int, as_opt_int, as_text
 from ralph_supervisor.watch import JsonlFollower
 
 EVENTS_KEPT = 200
@@ -156,7 +157,7 @@ class Loop:
         self.state_dir = Path(self.entry.state_dir)
         self._state_file = str(state_json.path(self.state_dir))   # strings: a poll stats them many times
         self._events_file = str(events_jsonl.path(self.state_dir))
-        self._other_files = (str(escalation_md.path(self.state_dir)), str(self.state_dir / "report.html"))
+        self._other_files = (str(escalation_md.path(self.state_dir)), str(report_html.path(self.state_dir)))
 
     def events(self) -> list[dict[str, Any]]:
         return [public_event(r) for r in (self.follower.records if self.follower else ())]
@@ -252,27 +253,16 @@ class Loops:
         return self.loops.get(ident) if ID_RE.fullmatch(ident or "") else None
 
 
-def _moment(value: Any) -> str | None:
-    """`opened_at` as ISO-8601 UTC (state.json keeps it as epoch seconds)."""
-    from ralph_supervisor.store import iso_utc
-
-    seconds = as_float(value)
-    return iso_utc(seconds) if seconds is not None and seconds > 0 else None
-
-
 def make_row(loop: Loop, alive: bool) -> dict[str, Any]:
     """The row of the list: what `ls` says, the breaker's reason, and the summary of the recent events."""
     entry = loop.entry
-    fleet_row = fleet.loop_row(entry, alive=alive)
-    data, _note = state_json.read_dict(loop.state_dir)
-    data = data or {}
-    row = dataclasses.asdict(fleet_row)
+    state, note = fleet.read_state(loop.state_dir)
+    row = dataclasses.asdict(fleet.loop_row(entry, alive=alive, state=state, note=note))
     row.pop("entry", None)
-    row.update(id=loop.id, reason=as_text(data.get("reason"), 300),
-               total_opens=as_int(data.get("total_opens")), opened_at=_moment(data.get("opened_at")),
-               cost_usd=as_float(data.get("cost_used")) if row.get("cost_usd") is None else row["cost_usd"],
+    row.update(id=loop.id, reason=as_text(state.reason, 300), total_opens=state.total_opens,
+               opened_at=iso_utc(state.opened_at) if state.opened_at is not None else None,
                escalation=escalation_md.path(loop.state_dir).is_file(),
-               report=(loop.state_dir / "report.html").is_file(),
+               report=report_html.path(loop.state_dir).is_file(),
                ended=not alive)
     row.update(summarize(loop.follower.records if loop.follower else ()))
     return row

@@ -1,0 +1,99 @@
+"""The supervisor runs in a state folder's log: where each begins and ends, and what it was started with.
+
+Pure: the structured log's records in, `RunInfo` values out. A run begins at `orphans_swept` or
+`supervisor_started` and ends at `supervisor_stopped` (or where the next begins, when it died without a word).
+
+    runs = choose_runs(split_runs(records.events), since=None, now=now)
+    runs[-1].exit_code   # 2: the breaker stopped it for good
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ralph_supervisor import events as ev
+from ralph_supervisor.values import as_int, as_opt_int, as_text, parse_time
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One supervisor run: from its start to `supervisor_stopped` (or now, or its last record)."""
+
+    index: int
+    started_at: float | None
+    ended_at: float | None
+    """When `supervisor_stopped` was written; None while it runs or when it died without a word."""
+    last_at: float | None
+    exit_code: int | None
+    workspace: str
+    command: tuple[str, ...]
+    budgets: Mapping[str, Any]
+    child_starts: int
+    child_codes: tuple[int, ...]
+    stop_reasons: tuple[str, ...]
+    events: tuple[Mapping[str, Any], ...] = field(repr=False, default=())
+
+
+def split_runs(events: Iterable[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """Cut the structured log into supervisor runs.
+
+    A run's first line is `orphans_swept` (logged once, before anything else) or `supervisor_started`;
+    a run ends at `supervisor_stopped`, or where the next one begins when it died without a word.
+    """
+    runs: list[list[Mapping[str, Any]]] = []
+    current: list[Mapping[str, Any]] = []
+    started = stopped = swept = False
+    for event in events:
+        name = ev.name(event)
+        begins = (stopped or (name == ev.SUPERVISOR_STARTED and started)
+                  or (name == ev.ORPHANS_SWEPT and (started or swept)))
+        if current and begins:
+            runs.append(current)
+            current, started, stopped, swept = [], False, False, False
+        current.append(event)
+        started = started or name == ev.SUPERVISOR_STARTED
+        stopped = stopped or name == ev.SUPERVISOR_STOPPED
+        swept = swept or name == ev.ORPHANS_SWEPT
+    if current:
+        runs.append(current)
+    return runs
+
+
+def record_time(record: Mapping[str, Any]) -> float | None:
+    """When an event or a history line was written (`ts`; structlog's `timestamp` in older logs)."""
+    return parse_time(record.get("ts") or record.get("timestamp"))
+
+
+def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
+    started = next((e for e in events if ev.name(e) == ev.SUPERVISOR_STARTED), None)
+    stopped = next((e for e in reversed(events) if ev.name(e) == ev.SUPERVISOR_STOPPED), None)
+    times = [t for t in (record_time(e) for e in events) if t is not None]
+    command = started.get("command") if started else None
+    budgets = started.get("budgets") if started else None
+    return RunInfo(
+        index=index,
+        started_at=(record_time(started) if started else None) or (times[0] if times else None),
+        ended_at=record_time(stopped) if stopped else None,
+        last_at=times[-1] if times else None,
+        exit_code=as_opt_int(stopped.get("code")) if stopped else None,
+        workspace=as_text(started.get("workspace"), 500) if started else "",
+        command=tuple(str(c) for c in command) if isinstance(command, list) else (),
+        budgets=budgets if isinstance(budgets, Mapping) else {},
+        child_starts=sum(1 for e in events if ev.name(e) == ev.CHILD_STARTED),
+        child_codes=tuple(as_int(e.get("code")) for e in events if ev.name(e) == ev.CHILD_EXITED),
+        stop_reasons=tuple(as_text(e.get("reason"), 40) for e in events if ev.name(e) == ev.TREE_STOPPED),
+        events=tuple(events),
+    )
+
+
+def choose_runs(runs: Sequence[Sequence[Mapping[str, Any]]], since: float | None, now: float) -> list[RunInfo]:
+    """The latest run; with `since`, every run that was still going at or after that moment."""
+    infos = [run_info(i + 1, events) for i, events in enumerate(runs)]
+    if not infos:
+        return []
+    if since is None:
+        return [infos[-1]]
+    chosen = [r for r in infos if (r.ended_at or r.last_at or now) >= since]
+    return [replace(r, index=i + 1) for i, r in enumerate(chosen or infos[-1:])]
