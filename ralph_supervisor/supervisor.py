@@ -280,7 +280,7 @@ class Supervisor:
                            if run_dir is not None else self._child_environment())
         if boxed:  # the box has PIDs of its own: the shims' notices name those
             self.calls.box_namespace = lambda: box_namespace(self.child.pid) if self.child is not None else None
-        self.box = box_for(settings, self._child_env, self.calls.shims, self.tree_marker.partition("=")[0])
+        self.box = box_for(settings, self._child_env, self.calls.shims, self.tree_marker.partition("=")[0], run_dir)
         """The loop's bubblewrap box (`--sandbox bwrap`), None without one."""
 
     # ------------------------------------------------------------------ set-up and tear-down
