@@ -70,14 +70,14 @@ def places(adapter: Adapter, home: Path, env: Mapping[str, str]) -> list[Place]:
     return found
 
 
-def folder_variables(adapter: Adapter, home: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """The variable naming the adapter's folder, set to where it is (the user's value, else its default
-    under home): Claude keeps its configuration there, not in `~/.claude.json`. Pure."""
+def folder_variable(adapter: Adapter, home: Path, env: Mapping[str, str]) -> tuple[str, Path] | None:
+    """The variable naming the adapter's folder and where that folder is (the user's value, else its default
+    under home), or None. Pure."""
     variable, folder = adapter.sandbox_folder
     if not variable:
-        return {}
+        return None
     moved = env.get(variable, "")
-    return {variable: moved if moved and os.path.isabs(moved) else str(home / folder if folder else home)}
+    return variable, Path(moved) if moved and os.path.isabs(moved) else home / folder
 
 
 @dataclass(frozen=True)
@@ -101,13 +101,15 @@ class AgentFolders:
         from ralph_supervisor.sandbox import Bind
 
         binds: list[Bind] = []
-        variables: dict[str, str] = {}
+        variables: dict[str, Path] = {}
         runs: dict[Path, tuple[Path, Path | None, str]] = {}  # place: (the user's folder, the run's, who)
         copies: list[tuple[Path, Path]] = []
         shared: list[Path] = []
         for adapter in adapters:
             what = f"the {adapter.name} adapter"
-            variables.update(folder_variables(adapter, home, env))
+            named = folder_variable(adapter, home, env)
+            if named is not None:
+                variables[named[0]] = named[1]
             for place, how, source, folder in places(adapter, home, env):
                 if how == RUN:
                     runs[place] = (source, run_dir / RUN_FOLDER / str(place).lstrip("/") if run_dir else None, what)
@@ -130,7 +132,11 @@ class AgentFolders:
         kept = {place: (mine, what) for place, (source, mine, what) in runs.items()
                 if os.path.isdir(source) or place in used or mine in used}
         binds += [Bind(place, True, what, source=mine, empty=mine is None) for place, (mine, what) in kept.items()]
-        return cls(binds=tuple(binds), env=variables,
+        # Named where the folder is in the box (Claude keeps its configuration there, not in ~/.claude.json);
+        # elsewhere not: Codex refuses a CODEX_HOME that does not exist.
+        named = {variable: str(path) for variable, path in variables.items()
+                 if any(place == path or path in place.parents for place in kept)}
+        return cls(binds=tuple(binds), env=named,
                    run_folders=tuple(mine for mine, _ in kept.values() if mine is not None),
                    copies=tuple(copies), shared=tuple(shared))
 
@@ -161,4 +167,4 @@ def _entries(folder: Path) -> list[Path]:
         return []
 
 
-__all__ = ["AgentFolders", "Place", "RUN_FOLDER", "folder_variables", "places"]
+__all__ = ["AgentFolders", "Place", "RUN_FOLDER", "folder_variable", "places"]
