@@ -118,8 +118,8 @@ class AgentFolders:
                     if into is not None and source.is_file():
                         copies.append((source, into / place.name))
                 elif how == RO and source.name == "*":
-                    binds += [Bind(place.parent / path.name, False, what, source=path) for path in _entries(source.parent)
-                              if os.path.exists(path)]
+                    binds += [Bind(place.parent / path.name, False, what, source=path)
+                              for path in _entries(source.parent) if os.path.exists(path)]
                 elif how == RO and os.path.exists(source):
                     binds.append(Bind(place, False, what, source=source))
                 elif how == RW and (os.path.exists(source) or (folder and source.parent.is_dir())):

@@ -2,8 +2,9 @@
 
 An agent loop runs with the user's whole account: `~/.ssh`, `~/.aws`, other repositories, the supervisor's
 own records, every socket of the session. Under bubblewrap the loop gets the workspace read-write, the system
-read-only, a private `/tmp`, a home folder holding only what is named (the agents' own folders, `--sandbox-ro`
-and `--sandbox-rw`), no `/run` (the session bus, the docker socket) and an environment that is an allow-list.
+read-only, a private `/tmp`, a home folder holding only what is named (the agents' own folders, each a folder
+of the run's own with the user's settings read-only in it: agent_folders.py; `--sandbox-ro` and
+`--sandbox-rw`), no `/run` (the session bus, the docker socket) and an environment that is an allow-list.
 The supervisor's state folder is never inside. The shims are bound read-only, with their notice and pending
 folders writable, at the same path as outside (so the refusal during a stop, a file in the read-only part,
 cannot be deleted from inside). The box has a PID namespace of its own (`--unshare-pid`: its `/proc` shows

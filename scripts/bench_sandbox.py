@@ -171,10 +171,10 @@ machine shared with other developers: the lead re-runs it quietly). Mode: {'quic
 Start: `bwrap` with the loop's own box (system, a home, the workspace) running `true`, and the same box
 with the six agents' folders of a home holding each agent's settings (each a folder of the run with the
 settings bound read-only, the sessions and logins read-write; made, and Claude's configuration copied,
-before each start as the supervisor does), {n_start} interleaved runs. Per call: {n_calls} back-to-back calls of a sh agent through the shims, timed
-by the loop itself, boxed and not; the box's share is the difference (the agent runs in the box's PID
-namespace, so each notice is mapped through NSpid: the row below it). Idle: the loop sleeps, {idle_s:.0f} s
-after 3 s of start-up.
+before each start as the supervisor does), {n_start} interleaved runs. Per call: {n_calls} back-to-back calls
+of a sh agent through the shims, timed by the loop itself, boxed and not; the box's share is the difference
+(the agent runs in the box's PID namespace, so each notice is mapped through NSpid: the row below it). Idle:
+the loop sleeps, {idle_s:.0f} s after 3 s of start-up.
 """
     kit.publish("sandbox", markdown, rows, args.out or kit.DOCS / "sandbox.md", load_start)
 

@@ -18,8 +18,11 @@ from ralph_supervisor.agents.recognize import PromptMode
 class Amp(Claude):
     name = "amp"
     commands = ("amp",)
-    # Its folders are folders of the run, its settings (MCP servers, permissions) read-only, its login shared.
-    sandbox_home = ((".config/amp", RUN), (".config/amp/settings.json", RO), (".config/amp/settings.jsonc", RO),
+    # Its folders are folders of the run (Amp 0.0.1790142911 writes `device-id.json` and its logs there), its
+    # settings (MCP servers, permissions), guidance, skills, plugins and tools read-only, its login shared.
+    sandbox_home = ((".config/amp", RUN),
+                    *((f".config/amp/{name}", RO) for name in (
+                        "settings.json", "settings.jsonc", "AGENTS.md", "skills", "plugins", "tools")),
                     (".local/share/amp", RUN), (".local/share/amp/secrets.json", RW), (".cache/amp", RUN))
     sandbox_folder = ("", "")
     sandbox_copied_from: ClassVar[dict[str, str]] = {}

@@ -44,7 +44,8 @@ class Codex(Adapter):
     sandbox_home = ((".codex", RUN),
                     *((f".codex/{name}", RO) for name in (
                         "config.toml", "managed_config.toml", "requirements.toml", ".env", "AGENTS.md",
-                        "AGENTS.override.md", "hooks.json", "hooks", "agents", "rules", "prompts", "themes", "plugins")),
+                        "AGENTS.override.md", "hooks.json", "hooks", "agents", "rules", "prompts", "themes",
+                        "plugins")),
                     (".codex/skills", RUN), (".codex/skills/*", RO), (".codex/sessions/", RW), (".codex/auth.json", RW))
     sandbox_folder = ("CODEX_HOME", ".codex")
     sandbox_env = ("OPENAI_", "CODEX_")

@@ -55,7 +55,8 @@ class Opencode(Adapter):
                         "commands", "mode", "modes", "plugin", "plugins", "tool", "tools", "skill", "skills", "themes",
                         "package.json", "bun.lock", "node_modules")),
                     (".local/share/opencode", RUN), (".local/share/opencode/auth.json", RW),
-                    (".local/share/opencode/mcp-auth.json", RW), (".local/state/opencode", RUN), (".cache/opencode", RUN))
+                    (".local/share/opencode/mcp-auth.json", RW), (".local/state/opencode", RUN),
+                    (".cache/opencode", RUN))
     sandbox_env = ("OPENCODE_", "ANTHROPIC_", "OPENAI_")
     packages = ("opencode-ai",)
     prompt = PromptMode(commands=frozenset({"run"}))
