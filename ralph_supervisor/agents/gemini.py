@@ -22,18 +22,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ralph_supervisor.agents.base import (
-    RO,
-    RUN,
-    RW,
-    Adapter,
-    Findings,
-    Output,
-    classify_status,
-    count,
-    event_type,
-    text_of,
-)
+from ralph_supervisor.agents.base import (RO, RUN, RW, Adapter, Findings, Output, classify_status, count,
+                                          event_type, text_of)
 from ralph_supervisor.agents.recognize import PromptMode
 
 STREAM_TYPES = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
