@@ -2,8 +2,9 @@
 
 An agent loop runs with the user's whole account: `~/.ssh`, `~/.aws`, other repositories, the supervisor's
 own records, every socket of the session. Under bubblewrap the loop gets the workspace read-write, the system
-read-only, a private `/tmp`, a home folder holding only what is named (the agents' own folders, `--sandbox-ro`
-and `--sandbox-rw`), no `/run` (the session bus, the docker socket) and an environment that is an allow-list.
+read-only, a private `/tmp`, a home folder holding only what is named (the agents' own folders, each a folder
+of the run's own with the user's settings read-only in it: agent_folders.py; `--sandbox-ro` and
+`--sandbox-rw`), no `/run` (the session bus, the docker socket) and an environment that is an allow-list.
 The supervisor's state folder is never inside. The shims are bound read-only, with their notice and pending
 folders writable, at the same path as outside (so the refusal during a stop, a file in the read-only part,
 cannot be deleted from inside). The box has a PID namespace of its own (`--unshare-pid`: its `/proc` shows
@@ -29,9 +30,12 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ralph_supervisor.files import child_log
+
+if TYPE_CHECKING:
+    from ralph_supervisor.agent_folders import AgentFolders
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix")
 """Read-only in the box when they exist (a symlink, as merged /usr makes /bin, stays a symlink)."""
@@ -46,9 +50,14 @@ PROBE_TIMEOUT = 10.0
 @dataclass(frozen=True)
 class Bind:
     path: Path
+    """Where it is in the box."""
     writable: bool
     what: str
     """Who asked for it (the flag, an agent's name): said when it cannot be bound."""
+    source: Path | None = None
+    """What is shown there, when not the same path outside (an agent's folder of the run's own)."""
+    empty: bool = False
+    """A new empty folder of the box's own (tmpfs) instead: writable inside only, gone with the box."""
 
 
 def keep_variable(name: str, extra: Iterable[str], agent_prefixes: Iterable[str]) -> bool:
@@ -100,26 +109,25 @@ class Box:
     shim_writable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     """Folders under a bound one that the box must not see (the state folder inside the workspace): empty."""
+    folders: AgentFolders | None = None
+    """The agents' folders (agent_folders.py): what `probe` makes before the box is tried."""
 
     @classmethod
     def plan(cls, *, workspace: Path, state_dir: Path, env: Mapping[str, str], ro: Sequence[Path] = (),
              rw: Sequence[Path] = (), network: bool = True, extra_env: Sequence[str] = (),
              keep_env: Iterable[str] = (), agents: Sequence[str] = (), command: Sequence[str] = (),
              shims: Path | None = None, shim_writable: Sequence[Path] = (), bwrap: str | None = None,
-             git: Sequence[tuple[Path, bool]] = ()) -> Box:
-        """The box of a loop: the adapters of `agents` (process names) name their folders and variables."""
+             git: Sequence[Bind] = (), run_dir: Path | None = None) -> Box:
+        """The box of a loop: the adapters of `agents` (process names) name their folders and variables;
+        `run_dir` (the run's private folder) holds the agents' folders of the run's own."""
+        from ralph_supervisor.agent_folders import AgentFolders
         from ralph_supervisor.agents import ADAPTERS
 
         home = Path(env.get("HOME") or os.path.expanduser("~"))
-        binds: list[Bind] = []
-        prefixes: list[str] = []
         adapters = [a for a in ADAPTERS.values() if any(n in a.commands for n in agents)]
-        for adapter in adapters:
-            prefixes += adapter.sandbox_env
-            for relative, writable in adapter.sandbox_home:
-                path = home / relative
-                if os.path.lexists(path):
-                    binds.append(Bind(path, writable, f"the {adapter.name} adapter"))
+        prefixes = [prefix for adapter in adapters for prefix in adapter.sandbox_env]
+        folders = AgentFolders.plan(adapters, home=home, env=env, run_dir=run_dir)
+        binds: list[Bind] = list(folders.binds)
         system = [Path(p) for p in SYSTEM]
         search = ":".join(p for p in env.get("PATH", "").split(":") if p and not (shims and p.startswith(str(shims))))
         for name in dict.fromkeys([*(command[:1]), *agents]):
@@ -130,15 +138,15 @@ class Box:
                         binds.append(Bind(folder, False, f"the executable {name}"))
         if command and os.path.basename(command[0]).startswith("ralph") and (home / ".ralph").is_dir():
             binds.append(Bind(home / ".ralph", False, "Ralph's install"))  # ~/.local/bin/ralph runs ~/.ralph/*.sh
-        binds += [Bind(path, writable, "the worktree's repository") for path, writable in git]
+        binds += git
         binds += [Bind(Path(os.path.abspath(p)), False, "--sandbox-ro") for p in ro]
         binds += [Bind(Path(os.path.abspath(p)), True, "--sandbox-rw") for p in rw]
         workspace, state = Path(workspace), Path(state_dir)
         hidden = tuple(b for b in (state,) if _inside(b, workspace))
+        boxed_env = box_environment(env, extra=extra_env, agent_prefixes=prefixes, keep=keep_env) | folders.env
         return cls(bwrap=bwrap if bwrap is not None else shutil.which("bwrap"), workspace=workspace,
-                   state_dir=state, home=home, binds=tuple(binds), network=network,
-                   env=box_environment(env, extra=extra_env, agent_prefixes=prefixes, keep=keep_env),
-                   shims=shims, shim_writable=tuple(shim_writable), hidden=hidden)
+                   state_dir=state, home=home, binds=tuple(binds), network=network, env=boxed_env,
+                   shims=shims, shim_writable=tuple(shim_writable), hidden=hidden, folders=folders)
 
     def problem(self) -> str | None:
         """Why this box cannot be made (one line), before anything runs; None when it can. Reads the disk."""
@@ -170,9 +178,13 @@ class Box:
         args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", str(self.home)]
         state = Path(os.path.realpath(self.state_dir))
         for bind in sorted(self.binds, key=lambda b: len(b.path.parts)):  # parents before what is inside them
-            if _inside(state, Path(os.path.realpath(bind.path))):
+            if bind.empty:
+                args += ["--tmpfs", str(bind.path)] + ([] if bind.writable else ["--remount-ro", str(bind.path)])
+                continue
+            source = bind.source or bind.path
+            if _inside(state, Path(os.path.realpath(source))):
                 continue  # an agent's folder that would hold the state folder: left out (problem() says so for flags)
-            args += ["--bind" if bind.writable else "--ro-bind", str(bind.path), str(bind.path)]
+            args += ["--bind" if bind.writable else "--ro-bind", str(source), str(bind.path)]
         args += ["--bind", str(self.workspace), str(self.workspace)]
         for folder in self.hidden:
             args += ["--tmpfs", str(folder)]
@@ -189,9 +201,13 @@ class Box:
         return [self.bwrap, *self.arguments(), "--", *command]
 
     def probe(self) -> str | None:
-        """Run `true` in this very box once: None when it works, else bubblewrap's reason in one line."""
+        """Make what the box holds of the run's own (the agents' folders), then run `true` in this very box
+        once: None when it works, else the reason in one line."""
         from ralph_supervisor.process.helpers import HELPERS  # a helper of ours, never the loop's tree
 
+        made = self.folders.prepare() if self.folders is not None else None
+        if made is not None:
+            return made
         try:
             proc = HELPERS.popen(self.wrap(["true"]), env=self.env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=str(self.workspace))
@@ -210,9 +226,10 @@ class Box:
         return f"--sandbox bwrap: the box cannot be made: {reason}{hint}"
 
 
-def box_for(settings: Any, env: Mapping[str, str], shims: Any, marker: str) -> Box | None:
+def box_for(settings: Any, env: Mapping[str, str], shims: Any, marker: str, run_dir: Path | None = None) -> Box | None:
     """The box `settings` ask for (None for `--sandbox none`): `env` is the loop's environment (shims first
-    on PATH), `shims` the ShimDir or None, `marker` the name of the tree's marker variable (kept)."""
+    on PATH), `shims` the ShimDir or None, `marker` the name of the tree's marker variable (kept), `run_dir`
+    the run's private folder (the agents' folders of the run's own are there)."""
     if settings.sandbox != "bwrap":
         return None
     from ralph_supervisor.worktree import git_binds
@@ -222,7 +239,7 @@ def box_for(settings: Any, env: Mapping[str, str], shims: Any, marker: str) -> B
                     rw=settings.sandbox_rw, network=settings.sandbox_network == "on",
                     extra_env=settings.sandbox_env, keep_env=(marker,), agents=settings.iteration_process,
                     command=settings.command, shims=shims.root if shims is not None else None,
-                    shim_writable=(shims.calls, shims.pending) if shims is not None else ())
+                    shim_writable=(shims.calls, shims.pending) if shims is not None else (), run_dir=run_dir)
 
 
 REFUSED = re.compile(rb"Read-only file system")

@@ -256,7 +256,7 @@ class Supervisor:
             env = self.calls.prepare(run_dir, env, owner_pid=1 if boxed else None)
         if boxed:  # the box has PIDs of its own: the shims' notices name those
             self.calls.box_namespace = lambda: box_namespace(self.child.pid) if self.child.pid is not None else None
-        self.box = box_for(settings, env, self.calls.shims, self.tree_marker.partition("=")[0])
+        self.box = box_for(settings, env, self.calls.shims, self.tree_marker.partition("=")[0], run_dir)
         """The loop's bubblewrap box (`--sandbox bwrap`), None without one."""
         return Child(settings, env=env, box=self.box, cgroup=self.cgroup, reaper=self.reaper, tap=self.tap,
                      calls=self.calls, actions=self.actions, metrics=self.metrics, lifecycle=self.life,

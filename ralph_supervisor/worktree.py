@@ -8,8 +8,8 @@ the branch stays for a human to review and merge. Its git commands are hardened 
 filter in the checkout's config does not run when the worktree is made.
 
 In a box (sandbox.py) the worktree's commits need the repository's objects and refs: `git_binds` names what
-to bind (objects, refs, logs and the worktree's own git folder writable; `HEAD`, `config`, `packed-refs`
-read-only; never `hooks`).
+to bind (the repository's git folder read-only, its objects, refs, logs and the worktree's own git folder
+writable over it, its `hooks` covered by an empty folder).
 
     settings, note = take(settings, now=time.time())   # the run's workspace is now the worktree
     record(settings.state_dir, info)                    # worktree.json, for status and the report
@@ -26,11 +26,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ralph_supervisor.safe_git import FILTER_LISTING, command, filter_names
 from ralph_supervisor.state_folder import default_state_dir, is_default, state_home
 from ralph_supervisor.store import atomic_write_json, read_json_object
+
+if TYPE_CHECKING:
+    from ralph_supervisor.sandbox import Bind
 
 FILE = "worktree.json"
 FOLDER = "worktrees"
@@ -177,9 +180,18 @@ def running_in_worktrees(checkout: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda item: item["branch"])
 
 
-def git_binds(workspace: Path) -> list[tuple[Path, bool]]:
-    """What a box needs of the repository of a linked worktree (its `.git` is a file naming its git folder),
-    as (path, writable); [] for any other workspace. Reads the disk."""
+def git_binds(workspace: Path) -> list[Bind]:
+    """What a box needs of the repository of a linked worktree (its `.git` is a file naming its git folder);
+    [] for any other workspace. Reads the disk.
+
+    The repository's git folder is read-only as a whole, so nothing can be created at its top: not a hook,
+    not a config, and not a `packed-refs` that would live only in the box (`git pack-refs` there fails with
+    the system's error instead of moving the refs into a file that is gone when the box ends). Its
+    objects, refs and logs are writable over it (the loop commits on its branch), its hooks are covered by
+    an empty read-only folder (none runs in the box), the worktree's own git folder (its HEAD, index, logs)
+    is writable."""
+    from ralph_supervisor.sandbox import Bind
+
     dot = workspace / ".git"
     try:
         text = dot.read_text(encoding="utf-8", errors="replace") if dot.is_file() else ""
@@ -187,19 +199,19 @@ def git_binds(workspace: Path) -> list[tuple[Path, bool]]:
         return []
     if not text.startswith("gitdir:"):
         return []
+    what = "the worktree's repository"
     private = Path(text[len("gitdir:"):].strip())
     private = private if private.is_absolute() else (workspace / private).resolve()
     try:
         common_text = (private / "commondir").read_text(encoding="utf-8").strip()
     except OSError:
-        return [(private, True)] if private.is_dir() else []
+        return [Bind(private, True, what)] if private.is_dir() else []
     common = Path(common_text) if os.path.isabs(common_text) else (private / common_text).resolve()
-    binds: list[tuple[Path, bool]] = []
-    for name, writable in (("HEAD", False), ("config", False), ("packed-refs", False), ("info", False),
-                           ("objects", True), ("refs", True), ("logs", True)):
-        if (common / name).exists():
-            binds.append((common / name, writable))
-    binds.append((private, True))
+    binds = [Bind(common, False, what)]
+    binds += [Bind(common / name, True, what) for name in ("objects", "refs", "logs") if (common / name).is_dir()]
+    if (common / "hooks").is_dir():
+        binds.append(Bind(common / "hooks", False, what, empty=True))
+    binds.append(Bind(private, True, what))
     return binds
 
 

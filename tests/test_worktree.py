@@ -96,6 +96,37 @@ def test_the_loop_commits_on_its_own_branch_and_the_checkout_stays_byte_for_byte
     assert marked(run.mark) == []
 
 
+PACK = (f"{LOOP}; git pack-refs --all; echo \"pack-refs: $?\"; git gc --quiet; echo \"gc: $?\"; "
+        "ls \"$(git rev-parse --git-common-dir)/hooks\" | wc -l | sed 's/^/hooks: /'")
+
+
+@pytest.mark.slow
+def test_in_the_box_git_cannot_move_the_refs_into_a_file_the_box_would_lose(tmp_path: Path) -> None:
+    """The repository's git folder is read-only in the box: `git pack-refs` (or a `gc`) cannot write a
+    `packed-refs` that would live only in the box while it deletes the loose refs outside; it fails with
+    the system's error, and every branch is still there. The commit on the loop's branch works."""
+    if _box_works() is not None:
+        pytest.skip(f"bubblewrap cannot make a box here: {_box_works()}")
+    repo = _checkout(tmp_path, tmp_path / "hook-ran")
+    assert not (repo / ".git" / "packed-refs").exists(), "a fresh repository: its refs are loose"
+    run = Run(repo)
+    try:
+        run.start("--worktree", "--name", "pack", "--sandbox", "bwrap", "--sandbox-env", "GIT_*", "--",
+                  "sh", "-c", PACK, env=IDENTITY)
+        assert run.finish(60) == 0, run.stderr.decode(errors="replace")[-2000:]
+    finally:
+        run.cleanup()
+    worktree_path = Path(_git(repo, "worktree", "list", "--porcelain").split("worktree ")[2].splitlines()[0])
+    log = (Path(json.loads(cli(worktree_path, "status", "--json").stdout)["state_dir"]) / "child.log").read_text()
+    assert "committed" in log and "packed-refs.lock': Read-only file system" in log, log
+    assert "pack-refs: 128" in log and "hooks: 0" in log, log
+    branches = _git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()
+    assert "main" in branches and any(b.startswith("ralph/pack-") for b in branches), branches
+    assert not (repo / ".git" / "packed-refs").exists()
+    assert _git(repo, "log", "--format=%s", "-1", next(b for b in branches if b != "main")).strip() == "the loop s work"
+    assert not (tmp_path / "hook-ran").exists()
+
+
 def test_a_workspace_that_is_no_repository_is_one_line_and_nothing_runs(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -113,11 +144,13 @@ def test_a_workspace_that_is_no_repository_is_one_line_and_nothing_runs(tmp_path
 def test_a_linked_worktree_binds_objects_and_refs_writable_and_never_the_hooks(tmp_path: Path) -> None:
     repo = _checkout(tmp_path, tmp_path / "m")
     _git(repo, "worktree", "add", "-q", "-b", "side", str(tmp_path / "wt"))
-    binds = dict(git_binds(tmp_path / "wt"))
+    binds = {b.path: b for b in git_binds(tmp_path / "wt")}
     common = repo / ".git"
-    assert binds[common / "objects"] and binds[common / "refs"] and not binds[common / "config"]
-    assert not binds[common / "HEAD"] and binds[common / "worktrees" / "wt"]
-    assert common / "hooks" not in binds
+    assert not binds[common].writable, "the git folder is read-only: nothing is created at its top"
+    assert binds[common / "objects"].writable and binds[common / "refs"].writable and binds[common / "logs"].writable
+    assert binds[common / "hooks"].empty and not binds[common / "hooks"].writable, "an empty read-only folder"
+    assert binds[common / "worktrees" / "wt"].writable
+    assert common / "config" not in binds and common / "packed-refs" not in binds, "read-only with the folder"
     assert git_binds(repo) == [], "a checkout's own .git folder is not a linked worktree"
 
 

@@ -21,6 +21,9 @@ scenario (read on every call, so a test can change the agent's behaviour mid-run
 default 0.3) is how long a call takes; FAKE_AGENT_TOKENS the tokens it reports (default 1200). The call number
 comes from "Loop #N" in the arguments, else a counter file.
 
+FAKE_AGENT_SESSIONS, when set, makes each call keep its session (and Claude its configuration) where the
+real CLI does, in the home folder (_fake_sessions.py).
+
 FAKE_AGENT_CALLS_DIR (or FAKE_CLAUDE_CALLS_DIR), when set, names a folder of shell scripts, one per call: call N
 runs N.sh there (with `sh`, in the workspace), whatever the scenario, then answers like `progress` (without a file
 of its own). This is how the tests play an agent that runs `git clean -fd`, `rm -rf src` or `git reset --hard`.
@@ -37,6 +40,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from _fake_sessions import keep_session
 
 STUCK_REPLIES = [
     "Reviewed the parser module and its fixtures; no changes were needed there.",
@@ -102,8 +107,10 @@ class Call:
     reset_in: float = 3600.0
 
 
-def play(argv: list[str]) -> Call:
-    """Run the scenario for this call: sleep, change the workspace, and say what the agent answers."""
+def play(argv: list[str], agent: str = "") -> Call:
+    """Run the scenario for this call: sleep, change the workspace, and say what the agent answers. With
+    FAKE_AGENT_SESSIONS set, `agent`'s session is kept where the real CLI keeps it (_fake_sessions.py)."""
+    keep_session(agent)
     scenario = setting("SCENARIO", "progress")
     scenario_file = setting("SCENARIO_FILE", "")
     if scenario_file and os.path.exists(scenario_file):

@@ -8,7 +8,9 @@ the result has no usage, so tokens come from the assistant messages, and dollars
 
 from __future__ import annotations
 
-from ralph_supervisor.agents.base import Output, text_of
+from typing import ClassVar
+
+from ralph_supervisor.agents.base import RO, RUN, RW, Output, text_of
 from ralph_supervisor.agents.claude import Claude
 from ralph_supervisor.agents.recognize import PromptMode
 
@@ -16,7 +18,14 @@ from ralph_supervisor.agents.recognize import PromptMode
 class Amp(Claude):
     name = "amp"
     commands = ("amp",)
-    sandbox_home = ((".config/amp", False), (".local/share/amp", True), (".cache/amp", True))
+    # Its folders are folders of the run (Amp 0.0.1790142911 writes `device-id.json` and its logs there), its
+    # settings (MCP servers, permissions), guidance, skills, plugins and tools read-only, its login shared.
+    sandbox_home = ((".config/amp", RUN),
+                    *((f".config/amp/{name}", RO) for name in (
+                        "settings.json", "settings.jsonc", "AGENTS.md", "skills", "plugins", "tools")),
+                    (".local/share/amp", RUN), (".local/share/amp/secrets.json", RW), (".cache/amp", RUN))
+    sandbox_folder = ("", "")
+    sandbox_copied_from: ClassVar[dict[str, str]] = {}
     sandbox_env = ("AMP_",)
     family = "claude"  # type: ignore[assignment]
     packages = ("@sourcegraph/amp",)

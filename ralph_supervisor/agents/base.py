@@ -553,6 +553,10 @@ def read_text_mode(findings: Findings, output: Output) -> None:
 
 # --- the adapter interface ------------------------------------------------------------------------------
 
+RUN, RO, RW, COPY = "run", "ro", "rw", "copy"
+"""How an agent's path is held in a `--sandbox` box (`Adapter.sandbox_home`)."""
+
+
 
 class Adapter:
     """One agent CLI: how its calls are recognised and how its output is read.
@@ -570,9 +574,18 @@ class Adapter:
     """Event types only this agent prints: the evidence `owns` looks for when no process name says."""
     prompt: ClassVar[PromptMode] = ANY
     """How its CLI is run for a one-shot call (`-p`, `exec`): only those invocations are iterations."""
-    sandbox_home: ClassVar[tuple[tuple[str, bool], ...]] = ()
-    """What its CLI needs of the home folder in a `--sandbox` box: (path under home, writable); a read-only
-    entry inside a writable one keeps its settings and hooks out of the agent's reach (sandbox.py)."""
+    sandbox_home: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """What its CLI has of the home folder in a `--sandbox` box, as (path under home, how), parents first:
+    `RUN` a folder of the run's own in its place (what the CLI writes there never reaches the user's folder),
+    `RO` the user's file or folder read-only where it exists (`name/*`: each entry of that folder but the
+    hidden ones), `RW` the user's read-write (a folder, written `name/`, is made where missing and its parent
+    exists; a file only where it exists), `COPY` a copy of the user's file, made in the run's folder at the
+    first start (the CLI rewrites its copy). The layout is agent_folders.py's."""
+    sandbox_folder: ClassVar[tuple[str, str]] = ("", "")
+    """(variable, path under home): the variable that moves the CLI's folder (`CLAUDE_CONFIG_DIR`); where it
+    is set, the paths under that folder are under its value. The box sets it to the folder."""
+    sandbox_copied_from: ClassVar[dict[str, str]] = {}
+    """A `COPY` made from another path under home than its own (while the folder is not moved)."""
     sandbox_env: ClassVar[tuple[str, ...]] = ()
     """Prefixes of its own environment variables, kept in the box's allow-list."""
 

@@ -18,6 +18,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ralph_supervisor.agents.base import (
+    COPY,
+    RO,
+    RUN,
+    RW,
     Adapter,
     Findings,
     LineClass,
@@ -138,12 +142,20 @@ def _result_error(result: dict[str, Any] | None) -> str:
 class Claude(Adapter):
     name = "claude"
     commands = ("claude",)
-    # ~/.claude.json names MCP servers, which run outside the box the next time: read-only (a single bound
-    # file cannot be replaced by rename anyway, so Claude's own updates to it are not kept).
-    sandbox_home = ((".claude", True), (".claude/settings.json", False), (".claude/settings.local.json", False),
-                    (".claude/CLAUDE.md", False), (".claude/hooks", False), (".claude/commands", False),
-                    (".claude/agents", False), (".claude/plugins", False), (".claude.json", False),
-                    (".local/share/claude", False), (".local/state/claude", True), (".cache/claude", True))
+    # In the box ~/.claude is a folder of the run, with the user's settings, memory, hooks, commands, agents,
+    # skills and plugins read-only in it; only the sessions (`projects/`) and the credentials are shared
+    # read-write. Claude rewrites its configuration (~/.claude.json: MCP servers, trust) by rename, which a
+    # bound file cannot take, so the box points CLAUDE_CONFIG_DIR at ~/.claude, where Claude keeps it as
+    # `.claude.json`: a copy of the user's, made at the first start, never written back. The credentials are
+    # one bound file: Claude's writer copies over a file it cannot rename onto (EBUSY), so a refreshed login
+    # still reaches the user's.
+    sandbox_home = ((".claude", RUN), (".claude/.claude.json", COPY), (".claude/.config.json", COPY),
+                    *((f".claude/{name}", RO) for name in (
+                        "settings.json", "settings.local.json", "CLAUDE.md", "hooks", "commands", "agents", "skills",
+                        "plugins", "rules", "output-styles", "themes", "workflows", "keybindings.json")),
+                    (".claude/projects/", RW), (".claude/.credentials.json", RW), (".local/share/claude", RO))
+    sandbox_folder = ("CLAUDE_CONFIG_DIR", ".claude")
+    sandbox_copied_from = {".claude/.claude.json": ".claude.json"}
     sandbox_env = ("ANTHROPIC_", "CLAUDE_")
     packages = ("@anthropic-ai/claude-code",)
     prompt = PromptMode(flags=frozenset({"-p", "--print"}))

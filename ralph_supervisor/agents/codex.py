@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ralph_supervisor.agents.base import Adapter, Findings, Output, count, text_of
+from ralph_supervisor.agents.base import RO, RUN, RW, Adapter, Findings, Output, count, text_of
 from ralph_supervisor.agents.outages import retry_message
 from ralph_supervisor.agents.recognize import PromptMode
 from ralph_supervisor.agents.usage import codex_windows
@@ -38,7 +38,16 @@ def _message(value: Any) -> str:
 class Codex(Adapter):
     name = "codex"
     commands = ("codex",)
-    sandbox_home = ((".codex", True), (".codex/config.toml", False), (".codex/AGENTS.md", False))
+    # ~/.codex is a folder of the run (Codex keeps its databases and shell snapshots at its top), the user's
+    # configuration, `.env`, instructions, hooks, rules, prompts, plugins and skills read-only in it (Codex
+    # installs its own skills in `skills/.system`: a folder of the run), the sessions and the login shared.
+    sandbox_home = ((".codex", RUN),
+                    *((f".codex/{name}", RO) for name in (
+                        "config.toml", "managed_config.toml", "requirements.toml", ".env", "AGENTS.md",
+                        "AGENTS.override.md", "hooks.json", "hooks", "agents", "rules", "prompts", "themes",
+                        "plugins")),
+                    (".codex/skills", RUN), (".codex/skills/*", RO), (".codex/sessions/", RW), (".codex/auth.json", RW))
+    sandbox_folder = ("CODEX_HOME", ".codex")
     sandbox_env = ("OPENAI_", "CODEX_")
     packages = ("@openai/codex",)
     prompt = PromptMode(commands=frozenset({"exec", "e"}))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ralph_supervisor.agents.base import Findings, Output, count
+from ralph_supervisor.agents.base import COPY, RO, RUN, RW, Findings, Output, count
 from ralph_supervisor.agents.claude import Claude
 from ralph_supervisor.agents.recognize import PromptMode
 
@@ -61,8 +61,15 @@ def _camel_usage(usage: Any) -> tuple[int | None, int | None]:
 class Cursor(Claude):
     name = "cursor"
     commands = ("cursor-agent", "agent")
-    sandbox_home = ((".cursor", True), (".cursor/mcp.json", False), (".cursor/rules", False),
-                    (".config/cursor", True), (".local/share/cursor-agent", False))
+    # ~/.cursor is a folder of the run with the user's MCP servers, rules, hooks, commands and agents read-only
+    # in it; the CLI rewrites `cli-config.json` (its permissions are there too): a copy. Its login (in
+    # ~/.config/cursor) is shared; its install read-only.
+    sandbox_home = ((".cursor", RUN), (".cursor/cli-config.json", COPY),
+                    *((f".cursor/{name}", RO) for name in (
+                        "mcp.json", "hooks.json", "hooks", "rules", "commands", "agents", "skills", "plugins")),
+                    (".config/cursor", RUN), (".config/cursor/auth.json", RW), (".local/share/cursor-agent", RO))
+    sandbox_folder = ("CURSOR_CONFIG_DIR", ".cursor")
+    sandbox_copied_from: ClassVar[dict[str, str]] = {}
     sandbox_env = ("CURSOR_",)
     family = "claude"  # type: ignore[assignment]
     packages = ()

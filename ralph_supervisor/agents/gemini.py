@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ralph_supervisor.agents.base import Adapter, Findings, Output, classify_status, count, event_type, text_of
+from ralph_supervisor.agents.base import (RO, RUN, RW, Adapter, Findings, Output, classify_status, count,
+                                          event_type, text_of)
 from ralph_supervisor.agents.recognize import PromptMode
 
 STREAM_TYPES = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
@@ -39,8 +40,16 @@ def _is_json_output(event: dict[str, Any]) -> bool:
 class Gemini(Adapter):
     name = "gemini"
     commands = ("gemini",)
-    sandbox_home = ((".gemini", True), (".gemini/settings.json", False), (".gemini/GEMINI.md", False),
-                    (".gemini/commands", False), (".gemini/extensions", False))
+    # ~/.gemini is a folder of the run (its chats and checkpoints, its shadow git repositories), the user's
+    # settings, `.env` (read into Gemini's environment), memory, commands, extensions, skills, agents,
+    # policies and folder trust read-only in it, the login files shared. GEMINI_CLI_HOME moves the home.
+    sandbox_home = ((".gemini", RUN),
+                    *((f".gemini/{name}", RO) for name in (
+                        "settings.json", ".env", "GEMINI.md", "system.md", "commands", "extensions", "skills", "agents",
+                        "policies", "hooks", "keybindings.json", "trustedFolders.json")),
+                    *((f".gemini/{name}", RW) for name in (
+                        "oauth_creds.json", "google_accounts.json", "mcp-oauth-tokens.json", "a2a-oauth-tokens.json")))
+    sandbox_folder = ("GEMINI_CLI_HOME", "")
     sandbox_env = ("GEMINI_", "GOOGLE_API_KEY", "GOOGLE_GENAI_", "GOOGLE_CLOUD_")
     packages = ("@google/gemini-cli",)
     prompt = PromptMode(flags=frozenset({"-p", "--prompt"}))

@@ -20,6 +20,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ralph_supervisor.agents.base import (
+    RO,
+    RUN,
+    RW,
     Adapter,
     Findings,
     Output,
@@ -43,8 +46,17 @@ def _part(event: dict[str, Any]) -> dict[str, Any]:
 class Opencode(Adapter):
     name = "opencode"
     commands = ("opencode",)
-    sandbox_home = ((".config/opencode", False), (".local/share/opencode", True), (".local/state/opencode", True),
-                    (".cache/opencode", True))
+    # Its folders are folders of the run (opencode writes its config folder's `opencode.jsonc`, its session
+    # database, git snapshots, state and the npm packages it loads), the user's configuration, agents,
+    # commands, modes, plugins, tools and their packages read-only, the logins shared.
+    sandbox_home = ((".config/opencode", RUN),
+                    *((f".config/opencode/{name}", RO) for name in (
+                        "opencode.json", "opencode.jsonc", "config.json", "AGENTS.md", "agent", "agents", "command",
+                        "commands", "mode", "modes", "plugin", "plugins", "tool", "tools", "skill", "skills", "themes",
+                        "package.json", "bun.lock", "node_modules")),
+                    (".local/share/opencode", RUN), (".local/share/opencode/auth.json", RW),
+                    (".local/share/opencode/mcp-auth.json", RW), (".local/state/opencode", RUN),
+                    (".cache/opencode", RUN))
     sandbox_env = ("OPENCODE_", "ANTHROPIC_", "OPENAI_")
     packages = ("opencode-ai",)
     prompt = PromptMode(commands=frozenset({"run"}))
