@@ -364,6 +364,12 @@ class LiveView:
                 except OSError:
                     return
 
+    def read_until(self, data: bytes, timeout: float = 20.0) -> None:
+        """Until `data` was shown (a start on a loaded machine takes seconds: python, rich, the first frame)."""
+        deadline = time.monotonic() + timeout
+        while data not in self.output and time.monotonic() < deadline:
+            self.read_for(0.1)
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -375,10 +381,10 @@ class LiveView:
 def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp_path: Path, state_dir: Path) -> None:
     view = LiveView(tmp_path, state_dir, interval=0.1)
     try:
-        view.read_for(1.5)
+        view.read_until(b"breaker")
         assert b"breaker" in view.output
         write_jsonl(state_dir / "events.jsonl", [finished(21, files_changed=4321)], mode="a")
-        view.read_for(1.0)
+        view.read_until(b"4321")
         view.proc.send_signal(signal.SIGINT)
         code_ = view.proc.wait(timeout=10)
         view.read_for(0.2)
@@ -395,9 +401,7 @@ def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Pa
     with another and never exited; that was also the flaky failure of the test above.)"""
     view = LiveView(tmp_path, state_dir, interval=0.05)
     try:
-        deadline = time.monotonic() + 20
-        while b"breaker" not in view.output and time.monotonic() < deadline:
-            view.read_for(0.1)
+        view.read_until(b"breaker")
         assert b"breaker" in view.output
         os.write(view.master, b"\x13")  # Ctrl-S: the terminal takes nothing more
         time.sleep(1.0)  # 20 frames due, the pty's buffer full: the view waits on the terminal
