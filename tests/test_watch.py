@@ -73,7 +73,8 @@ def state_dir(tmp_path: Path) -> Path:
     (folder / "state.json").write_text(json.dumps({
         "state": "OPEN", "reason": "3 iterations in a row without progress", "trigger": "no-progress",
         "iteration": 20, "consecutive_no_progress": 3, "consecutive_same_error": 2, "consecutive_failures": 1,
-        "opened_at": iso(NOW - 60), "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
+        # a minute before the test runs (NOW is fixed at import, and a loaded suite reaches here half an hour later)
+        "opened_at": iso(time.time() - 60), "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
     }))
     write_jsonl(folder / "history.jsonl", [
         {"ts": iso(NOW - 900), "iteration": 4, "from": "CLOSED", "to": "OPEN", "trigger": "same-error",
@@ -124,7 +125,7 @@ def test_one_frame_shows_breaker_timeline_and_transitions_from_the_files(
     out = frame(tmp_path, state_dir, capsys)
     assert "OPEN" in out and "trigger no-progress" in out and "opens 1" in out
     assert "3 iterations in a row without progress" in out
-    # 30 min cooldown, opened a minute before NOW (fixed at import: the suite may run minutes later)
+    # 30 min cooldown, opened a minute before the test
     assert re.search(r"half-open in ([12]\d)m", out)
     assert "no-progress 3" in out and "same-error 2" in out and "failures 1" in out and "987,654" in out
     assert "not running" in out and "no supervisor running" in out
