@@ -2,8 +2,8 @@
 
 A usage-limit wait can last hours and a cooldown many minutes; a terminal that shows nothing all that time
 looks hung. So while the supervisor waits, one line says what it waits for and how long is left: updated
-in place on a terminal (the outlet's status line, `terminal.py`, so the echo and our lines never garble
-it), and as a plain line every `every_s` seconds where the output is a file or a journal.
+in place on a terminal (the outlet's status line, `terminal/our_lines.py`, so the echo and our lines never
+garble it), and as a plain line every `every_s` seconds where the output is a file or a journal.
 
 A wait is a value (`Wait`); the supervisor says which waits are on (`waits_now`), so another kind of wait
 (a usage-ceiling freeze, an outage back-off) plugs in as one more `Wait` there, with nothing to change here.

@@ -1,6 +1,6 @@
 """structlog set-up: JSON lines to `events.jsonl` always, and one stream on stderr for humans.
 
-Under `run` the stream is the terminal's (`ralph_supervisor/terminal.py`): writing a line there only
+Under `run` the stream is the terminal's (`ralph_supervisor/terminal/`): writing a line there only
 queues it, so a terminal that stops reading never holds up the supervisor.
 
 The last processor fans each event out to its sinks and drops it, so one event is rendered at most

@@ -75,7 +75,7 @@ class TreeActions:
         self._collect_exits = collect_exits
         self._extend_timeout = extend_timeout
         self._terminal = terminal
-        """Told of every pause, resume and stop: it puts the terminal back as it found it (terminal.py)."""
+        """Told of every pause, resume and stop: it puts the terminal back as it found it (terminal/modes.py)."""
         self.hold: Callable[[bool], bool] | None = None
         """Freezes the loop's cgroup around a pause's signals, where there is one (`process/cgroup.py`)."""
 

@@ -587,7 +587,7 @@ def show(frame: Callable[[float], RenderableType], *, once: bool = False, interv
          width: int = 120) -> int:
     """Print `frame(now)` once, or refresh it every `interval` seconds until Ctrl-C. Always 0.
 
-    The live view writes through a terminal outlet of its own thread (`ralph_supervisor/terminal.py`):
+    The live view writes through a terminal outlet of its own thread (`ralph_supervisor/terminal/`):
     a terminal that stops reading (Ctrl-S, a pane nobody reads) only skips frames, so Ctrl-C always
     ends the view, after at most a second spent putting the screen back."""
     if once:

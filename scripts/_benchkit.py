@@ -159,14 +159,15 @@ def supervisor_argv(workspace: Path, child: Sequence[str], *flags: str) -> list[
 
 def start(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
           stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.DEVNULL,
-          stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """Start a process in its own session and remember it, so `cleanup()` can always end it."""
+          stderr: Any = subprocess.DEVNULL, source: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start a process in its own session and remember it, so `cleanup()` can always end it. `source`: the
+    copy of the package it runs (`archive`), for a before-and-after in one run."""
     full_env = dict(os.environ)
     # RALPH_BENCH_SOURCE: measure another copy of the package (e.g. a candidate patch) with the same script.
-    source = os.environ.get("RALPH_BENCH_SOURCE", str(ROOT))
-    full_env["PYTHONPATH"] = source + os.pathsep + full_env.get("PYTHONPATH", "")
+    package = str(source) if source is not None else os.environ.get("RALPH_BENCH_SOURCE", str(ROOT))
+    full_env["PYTHONPATH"] = package + os.pathsep + full_env.get("PYTHONPATH", "")
     if cwd is None:
-        cwd = Path(source)  # `python -m` puts the working directory first on sys.path
+        cwd = Path(package)  # `python -m` puts the working directory first on sys.path
     # A benchmark's supervisors register in a folder of their own, never in the user's `ls`.
     full_env["RALPH_SUPERVISE_REGISTRY"] = str(_private_registry())
     if env:
@@ -282,6 +283,14 @@ def temp_dir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=f"ralph-bench-{prefix}-"))
     _temp_dirs.append(path)
     return path
+
+
+def archive(rev: str) -> Path:
+    """The code of commit `rev` in a temporary folder (`git archive`: the repository's worktrees untouched)."""
+    where = temp_dir("base")
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=tar, check=True)
+    return where
 
 
 _registry: list[Path] = []

@@ -11,7 +11,11 @@ own time from its first write to its exit, the whole process, the supervisor's C
 showed and what the supervisor said it dropped (they must add up to every byte), and the worst time a
 `status` request took while the child wrote. Target (issue 13): child time with echo <= 1.1x without.
 
-Usage: scripts/bench_echo.py [--quick] [--size MiB] [--rounds N (7)] [--out docs/bench/echo.md]
+With `--base REV`, the echo runs (slow terminal and Ctrl-S) also run with the code of commit REV (`git archive`
+into a temporary folder), in the same rounds, alternating: before and after a change side by side. Target:
+no median of ours worse than the slowest run of the base (the spread measured in the same run).
+
+Usage: scripts/bench_echo.py [--quick] [--size MiB] [--rounds N (7)] [--base REV] [--out docs/bench/echo.md]
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ def status_times(state_dir: Path, stop: threading.Event, out: list[float]) -> No
         stop.wait(0.2)
 
 
-def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str) -> dict[str, float]:
+def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str,
+             source: Path | None = None) -> dict[str, float]:
     stamp = tmp / f"{tag}.stamp"
     workspace = tmp / f"ws-{tag}"
     workspace.mkdir()
@@ -113,7 +118,7 @@ def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str) -> 
     argv = [sys.executable, "-m", "ralph_supervisor", "run", "--echo" if echo else "--no-echo",
             "--log-format", "json", "-w", str(workspace), "--", *child_argv(size, stamp)]
     started = time.monotonic()
-    proc = kit.start(argv, stdout=terminal.slave, stderr=terminal.slave)
+    proc = kit.start(argv, stdout=terminal.slave, stderr=terminal.slave, source=source)
     stop = threading.Event()
     answers: list[float] = []
     asker = threading.Thread(target=status_times, args=(default_state_dir(workspace), stop, answers), daemon=True)
@@ -144,11 +149,42 @@ def run_once(tmp: Path, size: int, echo: bool, rate: float | None, tag: str) -> 
             "status_worst_s": max(answers, default=float("nan")), "status_answers": len(answers)}
 
 
+def before_and_after(runs: dict[str, list[dict[str, float]]], rev: str) -> str:
+    """The echo's runs with this code against the base's, in the same rounds: medians, and the base's spread."""
+
+    def cell(which: str, key: str, scale: float = 1.0, unit: str = "s") -> str:
+        values = [r[key] * scale for r in runs[which]]
+        places = 0 if unit == "ms" else 2
+        return f"{statistics.median(values):.{places}f} {unit} ({min(values):.{places}f}-{max(values):.{places}f})"
+
+    lines = ["| metric (median, min-max) | this code | base | ratio | met? (median <= the base's slowest) |",
+             "|---|---|---|---|---|"]
+    for label, ours, theirs, key, scale, unit in (
+            ("child's time, terminal read at 100 KB/s", "echo", "base-echo", "child_s", 1.0, "s"),
+            ("child's time, terminal stopped by Ctrl-S", "xoff", "base-xoff", "child_s", 1.0, "s"),
+            ("supervisor CPU time, 100 KB/s", "echo", "base-echo", "cpu_s", 1.0, "s"),
+            ("supervisor CPU time, Ctrl-S", "xoff", "base-xoff", "cpu_s", 1.0, "s"),
+            ("whole process, 100 KB/s", "echo", "base-echo", "whole_s", 1.0, "s"),
+            ("worst `status` answer, 100 KB/s", "echo", "base-echo", "status_worst_s", 1000.0, "ms")):
+        mine = statistics.median(r[key] for r in runs[ours])
+        base_median = statistics.median(r[key] for r in runs[theirs])
+        met = mine <= max(r[key] for r in runs[theirs])
+        lines.append(f"| {label} | {cell(ours, key, scale, unit)} | {cell(theirs, key, scale, unit)} "
+                     f"| {mine / base_median:.2f} | {'yes' if met else '**NO**'} |")
+    return f"""
+### Before and after: this code against {rev}
+
+The same rounds ran the echo with the code of {rev} too (`--base {rev}`), alternating with this code's runs.
+
+""" + "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 MiB instead of 1024 MiB")
     parser.add_argument("--size", type=int, help="MiB to write")
     parser.add_argument("--rounds", type=int, default=7, help="each run is short: more rounds, a steadier median")
+    parser.add_argument("--base", help="also run the echo with the code of this commit, side by side")
     parser.add_argument("--out", type=Path, default=kit.DOCS / "echo.md")
     args = parser.parse_args(argv)
 
@@ -157,13 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     size = size_mib * kit.MIB
     load_start = kit.loadavg()
     tmp = kit.temp_dir("echo")
+    base = kit.archive(args.base) if args.base else None
     runs: dict[str, list[dict[str, float]]] = {"off": [], "echo": [], "xoff": []}
+    if base is not None:
+        runs.update({"base-echo": [], "base-xoff": []})
     for round_no in range(args.rounds):
-        order = ("off", "echo", "xoff") if round_no % 2 == 0 else ("xoff", "echo", "off")
+        order = tuple(runs) if round_no % 2 == 0 else tuple(reversed(runs))
         for which in order:
             os.sync()
-            result = run_once(tmp, size, echo=which != "off", rate=None if which == "xoff" else READ_RATE,
-                              tag=f"{which}{round_no}")
+            result = run_once(tmp, size, echo=which != "off", rate=None if which.endswith("xoff") else READ_RATE,
+                              tag=f"{which}{round_no}", source=base if which.startswith("base-") else None)
             runs[which].append(result)
             print(f"round {round_no + 1} {which}: child {result['child_s']:.2f} s, whole {result['whole_s']:.2f} s, "
                   f"echo shown {result['shown'] / 1e6:.2f} MB, dropped {result['dropped'] / 1e6:.1f} MB, "
@@ -179,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     # terminal when it caught up, or in events.jsonl at exit); the terminal got at least what was shown.
     exact = all(r["shown"] + r["dropped"] == r["total"] and r["said"] == r["dropped"] and r["received"] >= r["shown"]
                 for w in ("echo", "xoff") for r in runs[w])
-    worst = max(r["status_worst_s"] for w in runs for r in runs[w])
+    worst = max(r["status_worst_s"] for w in ("off", "echo", "xoff") for r in runs[w])
     rows = [
         kit.Row(f"child writes {size_mib} MiB, terminal read at 100 KB/s: child's time with echo (median)",
                 kit.fmt_s(echo), kit.fmt_s(off) + " (`--no-echo`)", f"{ratio:.2f}", f"<= {RATIO_TARGET}",
@@ -203,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| {i + 1} | {a['child_s']:.2f} s | {b['child_s']:.2f} s | {c['child_s']:.2f} s "
         f"| {b['shown'] / 1e6:.2f} MB / {b['dropped'] / 1e6:.1f} MB | {c['shown'] / 1e6:.2f} MB / {c['dropped'] / 1e6:.1f} MB |"
         for i, (a, b, c) in enumerate(zip(runs["off"], runs["echo"], runs["xoff"])))
+    before = before_and_after(runs, args.base) if base is not None else ""
     verdict = ("The target is met." if ratio <= RATIO_TARGET else
                f"**The target is not met**: child time ratio {ratio:.2f} > {RATIO_TARGET} (see the notes below).")
     md = f"""## Echo: {size_mib} MiB through the supervisor to a terminal that reads slowly, echo on vs off
@@ -224,7 +264,7 @@ Runs (child's time; echo shown / dropped):
 | round | `--no-echo` | echo, 100 KB/s | echo, Ctrl-S | shown / dropped, 100 KB/s | shown / dropped, Ctrl-S |
 |---|---|---|---|---|---|
 {table_runs}
-"""
+{before}"""
     kit.publish("echo", md, rows, args.out, load_start)
     return 0
 

@@ -22,7 +22,9 @@ from ralph_supervisor.breaker import (
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.triggers import TRIGGERS
 from tests.helpers.fuzzing import (
+    BREAKER_THRESHOLDS,
     CHEAP,
+    REPORT_FIELDS,
     SNAPSHOT_KEYS,
     SNAPSHOTS,
     STATE_DOCS,
@@ -30,53 +32,13 @@ from tests.helpers.fuzzing import (
     one_line,
 )
 
-ERRORS = ["Error: Failed to compile main.ts", "FAILED tests/test_auth.py::test_login", "Fatal: out of memory"]
-REPLIES = [
-    "Still blocked: the owner attestation gate is unsigned, deploy blocked.",
-    "Owner attestation gate unsigned; deploy blocked.",
-    "Implemented the login form and its tests.",
-    "ok",
-]
-
-thresholds_st = st.builds(
-    Thresholds,
-    no_progress=st.integers(0, 4),
-    same_error=st.integers(0, 4),
-    output_decline=st.sampled_from([0.0, 50.0, 70.0]),
-    max_failures=st.integers(0, 4),
-    stall_s=st.sampled_from([0.0, 50.0]),
-    paraphrase=st.sampled_from([0.0, 0.82]),
-    max_iterations=st.sampled_from([0, 5, 12]),
-    token_budget=st.sampled_from([0, 3000]),
-    daily_token_budget=st.sampled_from([0, 5000]),
-    cooldown_s=st.sampled_from([10.0, 100.0]),
-    max_opens=st.integers(0, 4),
-    trial_timeout_s=st.sampled_from([None, 30.0]),
-)
-
-report_fields_st = st.fixed_dictionaries(
-    {
-        "files_changed": st.sampled_from([0, 0, 1, 3]),
-        "commits": st.sampled_from([0, 0, 0, 1]),
-        "output_bytes": st.integers(0, 2000),
-        "error_signatures": st.frozensets(st.sampled_from(ERRORS), max_size=2),
-        "reply": st.none() | st.sampled_from(REPLIES),
-        "tokens": st.integers(0, 400),
-        "failed": st.sampled_from([False, False, False, True]),
-        "timed_out": st.booleans(),
-        "usage_limited": st.sampled_from([False, False, False, True]),
-        "cut_short": st.sampled_from([False, False, False, True]),
-        "blocked": st.sampled_from([False] * 15 + [True]),
-        "completed": st.sampled_from([False, False, False, True]),
-    }
-)
 
 op_st = st.one_of(
-    st.tuples(st.just("iteration"), report_fields_st),
-    st.tuples(st.just("iteration"), report_fields_st),
-    st.tuples(st.just("iteration"), report_fields_st),
+    st.tuples(st.just("iteration"), REPORT_FIELDS),
+    st.tuples(st.just("iteration"), REPORT_FIELDS),
+    st.tuples(st.just("iteration"), REPORT_FIELDS),
     st.tuples(st.just("start")),
-    st.tuples(st.just("observe"), report_fields_st),
+    st.tuples(st.just("observe"), REPORT_FIELDS),
     st.tuples(st.just("tick"), st.floats(0.0, 400.0), st.none() | st.floats(0.0, 200.0)),
     st.tuples(st.just("tick"), st.floats(0.0, 400.0), st.none()),
     st.tuples(st.just("cooldown")),
@@ -150,7 +112,7 @@ def counters(b: Breaker) -> tuple[Any, ...]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(thresholds=thresholds_st, ops=ops_st)
+@given(thresholds=BREAKER_THRESHOLDS, ops=ops_st)
 def test_invariants_hold_over_random_runs(thresholds: Thresholds, ops: list[tuple[Any, ...]]) -> None:
     driver = Driver(Breaker(thresholds))
     b = driver.breaker
@@ -196,7 +158,7 @@ def test_invariants_hold_over_random_runs(thresholds: Thresholds, ops: list[tupl
 
 
 @settings(max_examples=150, deadline=None)
-@given(thresholds=thresholds_st, prefix=ops_st, suffix=ops_st)
+@given(thresholds=BREAKER_THRESHOLDS, prefix=ops_st, suffix=ops_st)
 def test_a_breaker_restored_from_json_behaves_identically(
     thresholds: Thresholds, prefix: list[tuple[Any, ...]], suffix: list[tuple[Any, ...]]
 ) -> None:
@@ -216,7 +178,7 @@ def test_a_breaker_restored_from_json_behaves_identically(
 
 
 @settings(max_examples=100, deadline=None)
-@given(thresholds=thresholds_st)
+@given(thresholds=BREAKER_THRESHOLDS)
 def test_usage_limited_reports_alone_never_open_on_evidence(thresholds: Thresholds) -> None:
     """However many usage-limited calls come in a row, only a cap (budget, iterations) can open."""
     b = Breaker(thresholds)

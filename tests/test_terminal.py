@@ -1,4 +1,4 @@
-"""The terminal never holds up supervision, and is left as it was found (ralph_supervisor/terminal.py).
+"""The terminal never holds up supervision, and is left as it was found (ralph_supervisor/terminal/).
 
 Real terminals throughout: pty pairs whose reader stops, or reads at 1 KB/s, or is stopped by XOFF
 (Ctrl-S written to the master, as a keyboard would); an interactive bash with `stty tostop` that runs the
@@ -27,7 +27,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ralph_supervisor import control
-from ralph_supervisor.terminal import ScreenModes, Outlet
+from ralph_supervisor.terminal import Outlet
+from ralph_supervisor.terminal.modes import ScreenModes
 from tests.helpers import state_dir_of
 from tests.helpers.debian import installed
 from tests.helpers.supervise import REPO, events, wait_for

@@ -73,6 +73,7 @@ def state_dir(tmp_path: Path) -> Path:
     (folder / "state.json").write_text(json.dumps({
         "state": "OPEN", "reason": "3 iterations in a row without progress", "trigger": "no-progress",
         "iteration": 20, "consecutive_no_progress": 3, "consecutive_same_error": 2, "consecutive_failures": 1,
+        # a minute before the test runs (NOW is fixed at import, and a loaded suite reaches here half an hour later)
         "opened_at": iso(time.time() - 60), "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
     }))
     write_jsonl(folder / "history.jsonl", [
@@ -124,7 +125,7 @@ def test_one_frame_shows_breaker_timeline_and_transitions_from_the_files(
     out = frame(tmp_path, state_dir, capsys)
     assert "OPEN" in out and "trigger no-progress" in out and "opens 1" in out
     assert "3 iterations in a row without progress" in out
-    # 30 min cooldown, opened a minute before the fixture wrote the folder (a suite may run for more than 30 min)
+    # 30 min cooldown, opened a minute before the test
     assert re.search(r"half-open in ([12]\d)m", out)
     assert "no-progress 3" in out and "same-error 2" in out and "failures 1" in out and "987,654" in out
     assert "not running" in out and "no supervisor running" in out
@@ -364,6 +365,12 @@ class LiveView:
                 except OSError:
                     return
 
+    def read_until(self, data: bytes, timeout: float = 20.0) -> None:
+        """Until `data` was shown (a start on a loaded machine takes seconds: python, rich, the first frame)."""
+        deadline = time.monotonic() + timeout
+        while data not in self.output and time.monotonic() < deadline:
+            self.read_for(0.1)
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -375,14 +382,10 @@ class LiveView:
 def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp_path: Path, state_dir: Path) -> None:
     view = LiveView(tmp_path, state_dir, interval=0.1)
     try:
-        deadline = time.monotonic() + 20  # the first frame waits for the view's start, slow on a loaded machine
-        while b"breaker" not in view.output and time.monotonic() < deadline:
-            view.read_for(0.1)
+        view.read_until(b"breaker")
         assert b"breaker" in view.output
         write_jsonl(state_dir / "events.jsonl", [finished(21, files_changed=4321)], mode="a")
-        deadline = time.monotonic() + 10
-        while b"4321" not in view.output and time.monotonic() < deadline:
-            view.read_for(0.1)
+        view.read_until(b"4321")
         view.proc.send_signal(signal.SIGINT)
         code_ = view.proc.wait(timeout=10)
         view.read_for(0.2)
@@ -399,9 +402,7 @@ def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Pa
     with another and never exited; that was also the flaky failure of the test above.)"""
     view = LiveView(tmp_path, state_dir, interval=0.05)
     try:
-        deadline = time.monotonic() + 20
-        while b"breaker" not in view.output and time.monotonic() < deadline:
-            view.read_for(0.1)
+        view.read_until(b"breaker")
         assert b"breaker" in view.output
         os.write(view.master, b"\x13")  # Ctrl-S: the terminal takes nothing more
         time.sleep(1.0)  # 20 frames due, the pty's buffer full: the view waits on the terminal

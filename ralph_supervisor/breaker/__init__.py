@@ -1,6 +1,8 @@
 """The circuit breaker: pure, no I/O, no clock of its own.
 
-- `machine.py`: the state machine (`Breaker`) and what it decides (`Decision`);
+- `machine.py`: the state machine the supervisor talks to (`Breaker`), which holds what the breaker knows;
+- `transitions.py`: its transitions, pure functions from a snapshot and one input to a new snapshot and a
+  `Decision` (`decision.py`: what the supervisor acts on);
 - `rules.py`: the trip rules, one small pure function each, and the `Thresholds`;
 - `snapshot.py`: what the breaker knows (`Snapshot`, the content of `state.json`) and its validation.
 
@@ -14,7 +16,8 @@ It imports nothing of the project but leaf modules (`iteration`, `triggers`, `si
 
 from __future__ import annotations
 
-from ralph_supervisor.breaker.machine import Action, Breaker, Decision
+from ralph_supervisor.breaker.decision import Action, Decision
+from ralph_supervisor.breaker.machine import Breaker
 from ralph_supervisor.breaker.rules import COOLDOWN_CAP, Fired, Thresholds, is_neutral, progress_detail
 from ralph_supervisor.breaker.snapshot import Snapshot, State
 

@@ -2,7 +2,7 @@
 
 Reading never waits for judging. The event loop reads each pipe in large chunks as soon as it is
 readable, appends the bytes unchanged to `child.log` (rotated under a disk budget), hands them to the
-terminal's echo when asked (a bounded queue of its own thread: `ralph_supervisor/terminal.py`), and
+terminal's echo when asked (a bounded queue of its own thread: `ralph_supervisor/terminal/`), and
 to an analysis worker thread through a queue bounded in bytes. When the
 worker falls behind by more than the bound, chunks are not analysed (and `analysis_dropped_bytes`
 says so); the child is never blocked by us.

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from ralph_supervisor.breaker import Snapshot, State
+from ralph_supervisor.breaker import Snapshot, State, Thresholds
 from ralph_supervisor.triggers import TRIGGERS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -244,6 +244,50 @@ SNAPSHOTS = st.builds(
     trial_started_at=st.none() | st.floats(-1e9, 1e12),
     recent_error_sets=st.lists(st.frozensets(st.text(max_size=8), max_size=3), max_size=3).map(tuple),
     recent_output_bytes=st.lists(st.integers(0, 10**9), max_size=3).map(tuple),
+)
+
+
+# -- the breaker's inputs ---------------------------------------------------------------------------
+
+_ERROR_LINES = ["Error: Failed to compile main.ts", "FAILED tests/test_auth.py::test_login", "Fatal: out of memory"]
+_REPLY_TEXTS = [
+    "Still blocked: the owner attestation gate is unsigned, deploy blocked.",
+    "Owner attestation gate unsigned; deploy blocked.",
+    "Implemented the login form and its tests.",
+    "ok",
+]
+
+BREAKER_THRESHOLDS = st.builds(  # small values, so that every rule and the last allowed open are reached
+    Thresholds,
+    no_progress=st.integers(0, 4),
+    same_error=st.integers(0, 4),
+    output_decline=st.sampled_from([0.0, 50.0, 70.0]),
+    max_failures=st.integers(0, 4),
+    stall_s=st.sampled_from([0.0, 50.0]),
+    paraphrase=st.sampled_from([0.0, 0.82]),
+    max_iterations=st.sampled_from([0, 5, 12]),
+    token_budget=st.sampled_from([0, 3000]),
+    daily_token_budget=st.sampled_from([0, 5000]),
+    cooldown_s=st.sampled_from([10.0, 100.0]),
+    max_opens=st.integers(0, 4),
+    trial_timeout_s=st.sampled_from([None, 30.0]),
+)
+
+REPORT_FIELDS = st.fixed_dictionaries(  # an IterationReport's fields but its number and times
+    {
+        "files_changed": st.sampled_from([0, 0, 1, 3]),
+        "commits": st.sampled_from([0, 0, 0, 1]),
+        "output_bytes": st.integers(0, 2000),
+        "error_signatures": st.frozensets(st.sampled_from(_ERROR_LINES), max_size=2),
+        "reply": st.none() | st.sampled_from(_REPLY_TEXTS),
+        "tokens": st.integers(0, 400),
+        "failed": st.sampled_from([False, False, False, True]),
+        "timed_out": st.booleans(),
+        "usage_limited": st.sampled_from([False, False, False, True]),
+        "cut_short": st.sampled_from([False, False, False, True]),
+        "blocked": st.sampled_from([False] * 15 + [True]),
+        "completed": st.sampled_from([False, False, False, True]),
+    }
 )
 
 
