@@ -103,7 +103,7 @@ class Supervisor:
         self.settings = settings
         state_dir = settings.state_dir
         self.terminal = terminal or Terminal(None, None)
-        """The loop's echo and our lines on the terminal, never blocking (terminal.py); none by default."""
+        """The loop's echo and our lines on the terminal, never blocking (`terminal/`); none by default."""
         self.loop = asyncio.get_running_loop()
         self.life = Lifecycle(self.loop)
         self.background = Background()
