@@ -98,7 +98,7 @@ from ralph_supervisor.process.orphans import (
     sweep_orphans,
 )
 from ralph_supervisor.process.cgroup import RECORD as CGROUP_RECORD
-from ralph_supervisor.process.cgroup import VERIFY_RECORD, Limits, LoopCgroup
+from ralph_supervisor.process.cgroup import CGROUP_OFF, VERIFY_RECORD, Limits, LoopCgroup
 from ralph_supervisor.process.cgroup import sweep as sweep_cgroup
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import loop_stdin, spawn
@@ -273,7 +273,7 @@ class Supervisor:
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
                                            settle_output=self._settle_output, marks=self.tap.marks))
         self.actions.calls = self.calls
-        self.actions.hold = self.cgroup.hold if self.cgroup is not None else None  # an atomic pause
+        self.tree.freezer = self.cgroup  # the pause is its freeze (process/tree.py)
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
         boxed = settings.sandbox == "bwrap"
         self._child_env = (self.calls.prepare(run_dir, self._child_environment(), owner_pid=1 if boxed else None)
@@ -738,10 +738,11 @@ class Supervisor:
         """The `status --json` answer (`status_json.reply`), plus the live extras the `watch` view shows."""
         members = self.tree.sample()
         child = self.child
-        figures = self.cgroup.figures() if self.cgroup is not None else None
+        figures = self.cgroup.latest if self.cgroup is not None else None  # read by the sample just now
         data = status_json.reply(
             self.breaker, limit_until=self.limit_until, supervisor_pid=os.getpid(),
-            child=None if child is None else {"pid": child.pid, "running": True, "paused": self.actions.paused,
+            child=None if child is None else {"pid": child.pid, "running": True,
+                                              "paused": self.actions.paused and self.tree.held(members),
                                               "processes": len(members)},
             snapshots=self.keeper.status(), verify=self.verify.status() if self.verify is not None else None,
             waits=self.waits.status(time.time(), frozen=self.limit_until is not None),
@@ -1120,7 +1121,7 @@ def run_supervisor(settings: Settings) -> int:
             if left is not None:
                 log.warning("cgroup_swept", path=left)
         limits = Limits(settings.memory_max, settings.cpu_max, settings.tasks_max)
-        cgroup = LoopCgroup.create(settings.state_dir, limits)
+        cgroup = LoopCgroup.create(settings.state_dir, limits) if settings.cgroup == "auto" else (None, CGROUP_OFF)
         if cgroup[0] is None and limits.any:  # never unbounded when a bound was asked for
             print(f"ralph-supervise: {cgroup[1]}", file=sys.stderr)
             log.error("cgroup_unavailable", reason=cgroup[1])
