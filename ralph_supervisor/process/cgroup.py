@@ -137,6 +137,8 @@ class LoopCgroup:
         """The last tick's figures (`look`), read by `status`, `watch` and the metrics' thread (a value, replaced whole)."""
         self.lost: str | None = None
         """Why the folder can no longer be used (gone, or read-only), once that is known."""
+        self._files: tuple[str, str, str] | None = None
+        """Where the figures are read (CPU, memory now, its peak), found at the first read."""
 
     @property
     def paths(self) -> list[Path]:
@@ -248,28 +250,36 @@ class LoopCgroup:
 
     def figures(self) -> Figures | None:
         """Read now (a few small files); None once the folder is gone."""
-        return self._figures(len(_pids(self.path)))
+        return self._figures(len(_pids(self.path)), peak=True)
 
     def look(self, members: Collection[int] | None = None) -> Figures | None:
-        """The tick's figures, kept in `latest` (a few µs; `members`: the processes, when the caller has just
-        read them). None once the folder is gone, and then `lost` says so."""
-        figures = self._figures(len(self.members() if members is None else members))
+        """The tick's figures, kept in `latest`: CPU and memory now (two small reads); the processes and the
+        peak as of `members`, who is in it when the caller has just read that (else as the last look had
+        them). None once the folder is gone, and then `lost` says so."""
+        latest = self.latest
+        if members is None and latest is not None:
+            figures = self._figures(latest.tasks, latest.memory_peak_bytes, read_peak=False)
+        else:
+            figures = self._figures(len(self.members() if members is None else members))
         if figures is None and self.lost is None and not self.path.exists():
             self.lost = f"{self.path} is gone"
         self.latest = figures
         return figures
 
-    def _figures(self, tasks: int) -> Figures | None:
-        stat = _read(self.path / "cpu.stat")
+    def _figures(self, tasks: int, peak: int | None = None, *, read_peak: bool = True) -> Figures | None:
+        """`read_peak`: read the memory's peak, else keep `peak`."""
+        if self._files is None:
+            v1 = self.v1.get("memory")
+            memory = (self.path / "memory.current", self.path / "memory.peak") if "memory" in self.v2_controllers or \
+                v1 is None else (v1 / "memory.usage_in_bytes", v1 / "memory.max_usage_in_bytes")
+            self._files = (str(self.path / "cpu.stat"), str(memory[0]), str(memory[1]))
+        cpu_file, memory_file, peak_file = self._files
+        stat = _read(cpu_file)
         if stat is None:
             return None
         usage = next((line.split()[1] for line in stat.splitlines() if line.startswith(b"usage_usec ")), b"0")
-        v1 = self.v1.get("memory")
-        if "memory" in self.v2_controllers or v1 is None:
-            memory, peak = _number(self.path / "memory.current"), _number(self.path / "memory.peak")
-        else:
-            memory, peak = _number(v1 / "memory.usage_in_bytes"), _number(v1 / "memory.max_usage_in_bytes")
-        return Figures(cpu_s=round(int(usage) / 1e6, 3), memory_bytes=memory, memory_peak_bytes=peak, tasks=tasks)
+        return Figures(cpu_s=round(int(usage) / 1e6, 3), memory_bytes=_number(memory_file),
+                       memory_peak_bytes=_number(peak_file) if read_peak else peak, tasks=tasks)
 
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer has killed in the cgroup so far (`oom_kill` of v2's
@@ -406,7 +416,7 @@ def _write_problem(path: Path, text: str) -> str | None:
         return f"cannot write {path}: {exc.strerror or exc}"
 
 
-def _read(path: Path) -> bytes | None:
+def _read(path: Path | str) -> bytes | None:
     """A small kernel file, read the cheap way (os.open/os.read: half the cost of a Python file object)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -467,7 +477,7 @@ def wait_frozen(folder: Path, frozen: bool, timeout: float) -> bool:
         os.close(fd)
 
 
-def _number(path: Path) -> int | None:
+def _number(path: Path | str) -> int | None:
     raw = _read(path)
     try:
         return int(raw.strip()) if raw else None

@@ -46,6 +46,9 @@ log = structlog.get_logger(__name__)
 
 HELD_WAIT = 0.5
 """How long a pause waits for what it signalled to report state T (one in uninterruptible sleep stops later)."""
+MEMBERS_EVERY = 1.0
+"""A look reads who is in the cgroup at most this often while it is not frozen (`cgroup.procs` costs about a
+third of a µs a process; CPU and memory, read at every look, a few µs): benchmarks say per tick (docs/bench)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class ProcessTree:
         """The strays (members outside the frozen cgroup) this pause stopped by signal."""
         self._strays: tuple[ProcStat, ...] = ()
         """The members outside the cgroup at the last look (`sample`): where a pause looks for them first."""
+        self._inside: tuple[float, frozenset[int]] = (-MEMBERS_EVERY, frozenset())
+        """When the last look read who is in the cgroup, and who (the looks' own: `sample`'s caller's thread)."""
         self._kill_requested = threading.Event()
 
     # --- looking -------------------------------------------------------------------------------
@@ -372,10 +377,16 @@ class ProcessTree:
         return [read_stat(pid) for pid in children_of(self._root) or ()]
 
     def _look(self, cgroup: LoopCgroup, stats: list[ProcStat]) -> None:
-        """The tick's look at the cgroup: its figures (`cgroup.latest`), the members outside it, and, while it
-        is frozen, a pause of any of those not held yet (one that left it since the pause)."""
-        inside = cgroup.members()
-        if cgroup.look(inside) is None:
+        """The tick's look at the cgroup: its figures (`cgroup.latest`), the members outside it (who is inside
+        read at most every MEMBERS_EVERY seconds, at each look while frozen), and, while it is frozen, a pause
+        of any of those not held yet (one that left it since the pause)."""
+        now = time.monotonic()
+        read_at, inside = self._inside
+        fresh = self._frozen is cgroup or now - read_at >= MEMBERS_EVERY
+        if fresh:
+            inside = cgroup.members()
+            self._inside = (now, inside)
+        if cgroup.look(inside if fresh else None) is None:
             if cgroup.lost is not None:
                 self._lose_freezer(cgroup, cgroup.lost)
             return
