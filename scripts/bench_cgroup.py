@@ -164,11 +164,6 @@ def spread(values: list[float]) -> str:
     return f"{min(values) * 1000:.1f}-{max(values) * 1000:.1f} ms"
 
 
-def ratio(ours: list[float], base: list[float]) -> str:
-    b = statistics.median(base)
-    return f"{statistics.median(ours) / b:.2f}" if b > 0 else "n/a"
-
-
 def verdict(ok: bool) -> str:
     return "yes" if ok else "**NO**"
 
@@ -211,17 +206,17 @@ def main(argv: list[str]) -> int:
     worst = max(per_second(big["look"], big["who"], 1 / TICK_ACTIVE), per_second(small["look"], small["who"], 1 / TICK_ACTIVE))
     rows = [
         f"| pause ({n} processes), time | {ms(paused['cgroup'])} | {ms(paused['signals'])} | "
-        f"{ratio(paused['cgroup'], paused['signals'])} | < 10 ms | {verdict(statistics.median(paused['cgroup']) < 0.010)} |",
+        f"{kit.median_ratio(paused['cgroup'], paused['signals'])} | < 10 ms | {verdict(statistics.median(paused['cgroup']) < 0.010)} |",
         f"| pause, processes not held when it returns (worst run) | {max(paused['cgroup_running']):.0f} | "
         f"{max(paused['signals_running']):.0f} | | 0 | {verdict(max(paused['cgroup_running']) == 0)} |",
         f"| resume ({n} processes), time | {ms(paused['cgroup_resume'])} | {ms(paused['signals_resume'])} | "
-        f"{ratio(paused['cgroup_resume'], paused['signals_resume'])} | | |",
+        f"{kit.median_ratio(paused['cgroup_resume'], paused['signals_resume'])} | | |",
         f"| stop, TERM-ignoring tree ({MEMBERS}), grace 0: the stop then cgroup.kill / the signals alone | "
-        f"{ms(stopped['cgroup'])} | {ms(stopped['signals'])} | {ratio(stopped['cgroup'], stopped['signals'])} | | |",
+        f"{ms(stopped['cgroup'])} | {ms(stopped['signals'])} | {kit.median_ratio(stopped['cgroup'], stopped['signals'])} | | |",
         f"| stop, survivors (worst run) | {max(stopped['cgroup left']):.0f} | {max(stopped['signals left']):.0f} | | 0 | "
         f"{verdict(max(stopped['cgroup left']) == 0)} |",
         f"| stop of the paused tree, grace 0 (pause included) | {ms(stopped['paused cgroup'])} | "
-        f"{ms(stopped['paused signals'])} | {ratio(stopped['paused cgroup'], stopped['paused signals'])} | | |",
+        f"{ms(stopped['paused signals'])} | {kit.median_ratio(stopped['paused cgroup'], stopped['paused signals'])} | | |",
         f"| stop of the paused tree, survivors (worst run) | {max(stopped['paused cgroup left']):.0f} | "
         f"{max(stopped['paused signals left']):.0f} | | 0 | {verdict(max(stopped['paused cgroup left']) == 0)} |",
         f"| cgroup.kill alone ({MEMBERS}), survivors | {ms(stopped['kill'])}, {max(stopped['kill left']):.0f} left | | | | |",

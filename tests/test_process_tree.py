@@ -12,16 +12,17 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers.trees import (  # noqa: F401 - subreaper is a fixture
+from tests.helpers.trees import (  # noqa: F401 - subreaper and loop_cgroup are fixtures
     BUSY_LOOP,
     hard_tree,
+    loop_cgroup,
     subreaper,
     wait_for,
     wait_for_members,
@@ -69,19 +70,8 @@ class Way:
 
 
 @pytest.fixture(params=["signals", "cgroup"])
-def way(request: pytest.FixtureRequest, subreaper: Reaper, tmp_path: Path) -> Iterator[Way]:
-    if request.param == "signals":
-        yield Way(subreaper, None)
-        return
-    state = tmp_path / "cgroup-state"
-    state.mkdir()
-    cgroup, why = LoopCgroup.create(state)
-    if cgroup is None:
-        pytest.skip(f"no cgroup can be made here: {why}")
-    try:
-        yield Way(subreaper, cgroup)
-    finally:
-        cgroup.remove(state)
+def way(request: pytest.FixtureRequest, subreaper: Reaper) -> Way:
+    return Way(subreaper, request.getfixturevalue("loop_cgroup") if request.param == "cgroup" else None)
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tests.helpers.trees import BUSY_LOOP, subreaper, wait_for, wait_for_members  # noqa: F401 - a fixture
+from tests.helpers.trees import BUSY_LOOP, loop_cgroup, subreaper, wait_for, wait_for_members  # noqa: F401 - fixtures
 from ralph_supervisor.process.cgroup import LoopCgroup, events_frozen, wait_frozen
 from ralph_supervisor.process.frozen import cgroup_of, held
 from ralph_supervisor.process.linux import read_stat
@@ -29,20 +29,12 @@ _pipes: list = []
 
 
 @pytest.fixture
-def cgroup(tmp_path: Path) -> Iterator[LoopCgroup]:
-    state = tmp_path / "state"
-    state.mkdir()
-    made, why = LoopCgroup.create(state)
-    if made is None:
-        pytest.skip(f"no cgroup can be made here: {why}")
-    try:
-        yield made
-    finally:
-        made.remove(state)
-        while _pipes:
-            pipe = _pipes.pop()
-            if pipe is not None:
-                pipe.close()
+def cgroup(loop_cgroup: LoopCgroup) -> Iterator[LoopCgroup]:
+    yield loop_cgroup
+    while _pipes:
+        pipe = _pipes.pop()
+        if pipe is not None:
+            pipe.close()
 
 
 def start(reaper: Reaper, script: str, cwd: Path, cgroup: LoopCgroup | None) -> int:
@@ -250,3 +242,25 @@ def test_a_cgroup_folder_that_turns_read_only_while_frozen_is_thawed_by_moving_i
     assert tree.pause() == 2 and read_stat(loop).state == "T"  # by signals from now on
     assert tree.resume() == 2
     assert tree.stop(0.5).survivors == ()
+
+
+def test_a_cgroup_the_loop_made_inside_ours_is_frozen_with_it_and_removed_with_it(
+        subreaper: Reaper, tmp_path: Path) -> None:
+    state = tmp_path / "own"
+    state.mkdir()
+    cgroup, why = LoopCgroup.create(state)
+    if cgroup is None:
+        pytest.skip(f"no cgroup can be made here: {why}")
+    tree = ProcessTree(os.getpid(), subreaper, freezer=cgroup)
+    inner = cgroup.path / "inner" / "deeper"
+    start(subreaper, f"mkdir -p {inner}; {busy(tmp_path)} wait", tmp_path, cgroup)
+    loop = pid_in(tmp_path / "busy")
+    (inner / "cgroup.procs").write_text(str(loop))  # a loop that manages cgroups of its own, below ours
+    wait_for_members(tree, 2)
+    assert loop in cgroup.members() and loop not in cgroup.pids()
+    assert tree.pause() == 2 and cgroup.frozen()  # the cgroups below it too, when it returns
+    assert held(loop) and read_stat(loop).state != "T", (cgroup_of(loop), read_stat(loop))
+    assert tree.resume() == 2 and not held(loop)
+    assert cgroup.remove(state) and not cgroup.path.exists()  # the loop's own cgroups first
+    subreaper.reap()
+    assert tree.scan() == []

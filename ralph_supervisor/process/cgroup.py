@@ -36,6 +36,8 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ralph_supervisor.process.procfs import read_small
+
 RECORD = "cgroup.json"
 """The state folder's record of the loop's cgroup (its path), for the sweep after a crash."""
 VERIFY_RECORD = "cgroup-verify.json"
@@ -237,16 +239,18 @@ class LoopCgroup:
 
     def members(self) -> frozenset[int]:
         """The processes in it and in the cgroups below it (a loop may make its own): what its freeze holds."""
-        found: set[int] = set()
-        folders = [self.path]
-        while folders:
-            folder = folders.pop()
-            found.update(_pids(folder))
+        return frozenset(pid for folder in self.folders() for pid in _pids(folder))
+
+    def folders(self) -> list[Path]:
+        """It and the cgroups below it, parents first (one scandir where the loop made none)."""
+        found, index = [self.path], 0
+        while index < len(found):
             try:
-                folders.extend(Path(entry.path) for entry in os.scandir(folder) if entry.is_dir(follow_symlinks=False))
+                found.extend(Path(e.path) for e in os.scandir(found[index]) if e.is_dir(follow_symlinks=False))
             except OSError:
                 pass
-        return frozenset(found)
+            index += 1
+        return found
 
     def figures(self) -> Figures | None:
         """Read now (a few small files); None once the folder is gone."""
@@ -274,7 +278,7 @@ class LoopCgroup:
                 v1 is None else (v1 / "memory.usage_in_bytes", v1 / "memory.max_usage_in_bytes")
             self._files = (str(self.path / "cpu.stat"), str(memory[0]), str(memory[1]))
         cpu_file, memory_file, peak_file = self._files
-        stat = _read(cpu_file)
+        stat = read_small(cpu_file)
         if stat is None:
             return None
         usage = next((line.split()[1] for line in stat.splitlines() if line.startswith(b"usage_usec ")), b"0")
@@ -298,10 +302,15 @@ class LoopCgroup:
     def freeze(self, timeout: float = FREEZE_WAIT) -> str | None:
         """The pause: `cgroup.freeze` 1, atomic (a process forked meanwhile is born frozen), then wait until
         `cgroup.events` says every process in it is held (at most `timeout`: one in uninterruptible sleep is
-        held when it leaves it). The problem (the file, and why it cannot be written), or None."""
+        held when it leaves it). The problem (the file, and why it cannot be written), or None.
+
+        Each cgroup below is waited for too: the kernel may say `frozen 1` of this one a few ms before a cgroup
+        the loop made below it is (seen on 6.18 with a task just moved into a nested cgroup)."""
         problem = _write_problem(self.path / "cgroup.freeze", "1")
         if problem is None:
-            wait_frozen(self.path, True, timeout)
+            deadline = time.monotonic() + timeout
+            for folder in self.folders():
+                wait_frozen(folder, True, max(0.0, deadline - time.monotonic()))
         else:
             self.lost = self.lost or problem
         return problem
@@ -324,8 +333,8 @@ class LoopCgroup:
         return f"{problem}; its processes were moved out to {self.path.parent}, which thaws them"
 
     def frozen(self) -> bool:
-        """`cgroup.events` says `frozen 1`: every process in it (and in the cgroups below) is held."""
-        return events_frozen(self.path) is True
+        """Its `cgroup.events`, and those of the cgroups below, say `frozen 1`: every process in them is held."""
+        return all(events_frozen(folder) is True for folder in self.folders())
 
     def kill(self, settle_s: float = 0.3) -> int:
         """SIGKILL everything in the cgroup at once (`cgroup.kill`; each process where the kernel has none).
@@ -347,9 +356,10 @@ class LoopCgroup:
         return len(left)
 
     def remove(self, state_dir: Path, timeout: float = 2.0, *, record: str = RECORD) -> bool:
-        """Kill what is left, remove the folder and its record; False when it would not go."""
+        """Kill what is left, remove the folder (and the cgroups the loop made in it) and its record; False when
+        it would not go."""
         self.kill()
-        for folder in (self.path, *self.v1.values()):  # each its own time: one that will not go keeps no other
+        for folder in (*reversed(self.folders()), *self.v1.values()):  # each its own time: one that will not go keeps no other
             deadline = time.monotonic() + timeout
             while not _rmdir(folder) and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -416,23 +426,9 @@ def _write_problem(path: Path, text: str) -> str | None:
         return f"cannot write {path}: {exc.strerror or exc}"
 
 
-def _read(path: Path | str) -> bytes | None:
-    """A small kernel file, read the cheap way (os.open/os.read: half the cost of a Python file object)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 65536)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _pids(folder: Path) -> list[int]:
     """The processes directly in a cgroup (`cgroup.procs`); none when it cannot be read."""
-    raw = _read(folder / "cgroup.procs")
+    raw = read_small(folder / "cgroup.procs")
     try:
         return [int(part) for part in raw.split()] if raw else []
     except ValueError:
@@ -441,7 +437,7 @@ def _pids(folder: Path) -> list[int]:
 
 def events_frozen(folder: Path) -> bool | None:
     """What the cgroup's `cgroup.events` says of `frozen` (None: it cannot be read, or says nothing of it)."""
-    raw = _read(folder / "cgroup.events")
+    raw = read_small(folder / "cgroup.events")
     return _frozen_in(raw) if raw is not None else None
 
 
@@ -478,7 +474,7 @@ def wait_frozen(folder: Path, frozen: bool, timeout: float) -> bool:
 
 
 def _number(path: Path | str) -> int | None:
-    raw = _read(path)
+    raw = read_small(path)
     try:
         return int(raw.strip()) if raw else None
     except ValueError:
