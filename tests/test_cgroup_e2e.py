@@ -287,3 +287,60 @@ def test_cgroup_off_makes_none_said_once_and_a_bound_then_is_one_line(tmp_path: 
     bad = subprocess.run(supervise_argv(*base, "--cgroup", "maybe", "--", "true"), capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 1 and "--cgroup" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_cgroup_folder_that_turns_read_only_or_disappears_mid_run_is_one_line_and_the_loop_stays_supervised(
+        tmp_path: Path) -> None:
+    """Read-only while the tree is frozen: the resume moves the loop out into the supervisor's cgroup (which
+    thaws it), one `cgroup_lost`, and from then on the signals pause and stop it. Gone (someone emptied and
+    removed it): noticed at the next tick, one line, the signals again. Never a tree left frozen."""
+    cgroup_or_skip(tmp_path)
+    from ralph_supervisor.process.frozen import held
+
+    for how in ("read-only", "gone"):
+        workspace = tmp_path / how
+        workspace.mkdir()
+        proc = start(workspace, "--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                     "--", "bash", "-c", "sleep 300 & while :; do sleep 0.1; done",
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        state_dir = state_dir_of(workspace)
+        path: Path | None = None
+        try:
+            (made,) = wait_for(lambda: events(state_dir, "cgroup_made"), timeout=30, what="the cgroup")
+            path = Path(made["path"])
+            wait_for(lambda: len((path / "cgroup.procs").read_text().split()) >= 2, timeout=30, what="the loop in it")
+            loop = json.loads(cli(workspace, "status", "--json"))["child"]["pid"]
+            if how == "read-only":
+                assert "paused" in cli(workspace, "pause") and held(loop)
+                subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+                assert "resumed" in cli(workspace, "resume")
+                assert not held(loop) and (path / "cgroup.procs").read_text().split() == []  # moved out, thawed
+            else:
+                for pid in (path / "cgroup.procs").read_text().split():
+                    (path.parent / "cgroup.procs").write_text(pid)
+                path.rmdir()
+                wait_for(lambda: events(state_dir, "cgroup_lost"), timeout=30, what="the next tick to notice")
+            (lost,) = events(state_dir, "cgroup_lost")
+            assert lost["path"] == str(path) and ("Read-only" in lost["error"] if how == "read-only" else
+                                                  "is gone" in lost["error"])
+            assert "paused" in cli(workspace, "pause")  # by signals now: state T
+            status = json.loads(cli(workspace, "status", "--json"))
+            assert status["child"]["paused"] is True and held(loop)
+            assert "resumed" in cli(workspace, "resume") and not held(loop)
+            cli(workspace, "stop")
+            assert proc.wait(timeout=60) == 0
+            assert all(e["survivors"] == 0 for e in events(state_dir, "tree_stopped"))
+            assert len(events(state_dir, "cgroup_lost")) == 1
+        finally:
+            if path is not None and how == "read-only":
+                subprocess.run(["umount", str(path)], check=False)
+            if proc.poll() is None:
+                cli(workspace, "stop")
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if path is not None and path.exists():
+                path.rmdir()  # a read-only folder would not go at exit (`cgroup_left`)
