@@ -169,8 +169,11 @@ def verdict(ok: bool) -> str:
 
 
 def section(lines: list[str], out: Path) -> None:
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    """Write the section, with its notes kept by hand (`cgroup.notes.md`) after it."""
+    notes = out.with_name("cgroup.notes.md")
+    text = "\n".join(lines) + "\n" + ("\n" + notes.read_text(encoding="utf-8") if notes.exists() else "")
+    out.write_text(text, encoding="utf-8")
+    print(text)
 
 
 def main(argv: list[str]) -> int:
@@ -205,13 +208,13 @@ def main(argv: list[str]) -> int:
     n = int(statistics.median(paused["members"]))
     worst = max(per_second(big["look"], big["who"], 1 / TICK_ACTIVE), per_second(small["look"], small["who"], 1 / TICK_ACTIVE))
     rows = [
-        f"| pause ({n} processes), time | {ms(paused['cgroup'])} | {ms(paused['signals'])} | "
+        f"| pause, the {MEMBERS}-process tree ({n} processes), time | {ms(paused['cgroup'])} | {ms(paused['signals'])} | "
         f"{kit.median_ratio(paused['cgroup'], paused['signals'])} | < 10 ms | {verdict(statistics.median(paused['cgroup']) < 0.010)} |",
         f"| pause, processes not held when it returns (worst run) | {max(paused['cgroup_running']):.0f} | "
         f"{max(paused['signals_running']):.0f} | | 0 | {verdict(max(paused['cgroup_running']) == 0)} |",
-        f"| resume ({n} processes), time | {ms(paused['cgroup_resume'])} | {ms(paused['signals_resume'])} | "
+        f"| resume, the same, time | {ms(paused['cgroup_resume'])} | {ms(paused['signals_resume'])} | "
         f"{kit.median_ratio(paused['cgroup_resume'], paused['signals_resume'])} | | |",
-        f"| stop, TERM-ignoring tree ({MEMBERS}), grace 0: the stop then cgroup.kill / the signals alone | "
+        f"| stop, the {MEMBERS}-process tree ignoring TERM, grace 0: the stop then cgroup.kill / the signals alone | "
         f"{ms(stopped['cgroup'])} | {ms(stopped['signals'])} | {kit.median_ratio(stopped['cgroup'], stopped['signals'])} | | |",
         f"| stop, survivors (worst run) | {max(stopped['cgroup left']):.0f} | {max(stopped['signals left']):.0f} | | 0 | "
         f"{verdict(max(stopped['cgroup left']) == 0)} |",
@@ -219,7 +222,7 @@ def main(argv: list[str]) -> int:
         f"{ms(stopped['paused signals'])} | {kit.median_ratio(stopped['paused cgroup'], stopped['paused signals'])} | | |",
         f"| stop of the paused tree, survivors (worst run) | {max(stopped['paused cgroup left']):.0f} | "
         f"{max(stopped['paused signals left']):.0f} | | 0 | {verdict(max(stopped['paused cgroup left']) == 0)} |",
-        f"| cgroup.kill alone ({MEMBERS}), survivors | {ms(stopped['kill'])}, {max(stopped['kill left']):.0f} left | | | | |",
+        f"| cgroup.kill alone, the same tree: time, survivors | {ms(stopped['kill'])}, {max(stopped['kill left']):.0f} left | | | | |",
         f"| the tick's look at the cgroup, at the fastest tick ({1 / TICK_ACTIVE:.0f} a second), worst tree | "
         f"{worst:.3f} % of a CPU | | | < {CPU_TARGET} % | {verdict(worst < CPU_TARGET)} |",
     ]

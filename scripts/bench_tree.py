@@ -230,7 +230,8 @@ def main() -> int:
         "",
         "Ours: TERM to every live descendant (pid + start time checked through a pidfd), wait up to the grace "
         "while reaping and TERMing newcomers, KILL the rest, re-scan until empty. Pause: SIGSTOP parents first, "
-        "re-scan until no newcomer, then wait until every member reports state T.",
+        "re-scan until no newcomer, then wait until every member reports state T: the signal path, for a tree in "
+        "no cgroup (where the loop has one, the pause is its freeze: section `cgroup`).",
         "",
     ]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
