@@ -223,7 +223,9 @@ def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path, way: s
                 pass
         if way == "cgroup":
             time.sleep(0.5)
-            assert held(child) and waiting_shim(child, bin_dir) is None, "SIGCONT thawed a frozen cgroup"
+            still = [m["pid"] for m in state["tree"] if Path(f"/proc/{m['pid']}").exists()]
+            assert still and all(held(pid) for pid in still), "SIGCONT thawed a frozen cgroup"
+            assert len(events(state_dir_of(ws), "iteration_started")) == paused_at
             Path(cgroup["path"], "cgroup.freeze").write_text("0")  # someone with the rights thaws it
         # the loop goes on to its next call, whose shim waits while the tree is meant to be frozen
         shim = wait_for(lambda: waiting_shim(child, bin_dir), timeout=30, what="a shim waiting for the thaw")
