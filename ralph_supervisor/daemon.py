@@ -26,7 +26,7 @@ from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor.logging import colors_on, configure_logging, for_people
 from ralph_supervisor.memory import tune_allocator
 from ralph_supervisor.process.cgroup import RECORD as CGROUP_RECORD
-from ralph_supervisor.process.cgroup import VERIFY_RECORD, Limits, LoopCgroup
+from ralph_supervisor.process.cgroup import CGROUP_OFF, VERIFY_RECORD, Limits, LoopCgroup
 from ralph_supervisor.process.cgroup import sweep as sweep_cgroup
 from ralph_supervisor.process.orphans import record_path, sweep_orphans
 from ralph_supervisor.registry import register_supervisor
@@ -122,7 +122,7 @@ def _sweep_and_supervise(settings: Settings, terminal: Terminal) -> tuple[int, b
         if left is not None:
             log.warning("cgroup_swept", path=left)
     limits = Limits(settings.memory_max, settings.cpu_max, settings.tasks_max)
-    cgroup = LoopCgroup.create(settings.state_dir, limits)
+    cgroup = LoopCgroup.create(settings.state_dir, limits) if settings.cgroup == "auto" else (None, CGROUP_OFF)
     if cgroup[0] is None and limits.any:  # never unbounded when a bound was asked for
         print(f"ralph-supervise: {cgroup[1]}", file=sys.stderr)
         log.error(events.CGROUP_UNAVAILABLE, reason=cgroup[1])

@@ -347,6 +347,10 @@ OPTIONS: tuple[Option, ...] = (
            "an API outage (the agent's own retry reports) longer than this freezes the tree for a back-off; "
            "after three back-offs the open is final (trigger outage)",
            ("RALPH_SUPERVISE_OUTAGE_MAX",), metavar="MINUTES"),
+    Option("cgroup", "--cgroup", _choice("auto", "off"), "auto",
+           "run the loop in a cgroup of its own where one can be made: pause is its freeze, a stop ends with "
+           "cgroup.kill, its figures and bounds (off: none; signals pause and stop the tree)",
+           ("RALPH_SUPERVISE_CGROUP",), metavar="auto|off"),
     Option("memory_max", "--memory-max", _size(1 << 20), None,
            "bound the memory of the loop's cgroup, and of the verify's (an OOM kill inside it fails the call it "
            "hit; needs a cgroup)",
@@ -495,6 +499,7 @@ class Settings:
     usage_ceiling: float = _default("usage_ceiling")
     no_overage: bool = _default("no_overage")
     outage_max: float = _default("outage_max")
+    cgroup: str = _default("cgroup")
     memory_max: int | None = _default("memory_max")
     cpu_max: float | None = _default("cpu_max")
     tasks_max: int | None = _default("tasks_max")

@@ -144,7 +144,7 @@ class Supervisor:
                                    collect_exits=lambda: self.child.collect_exits(),
                                    extend_timeout=self.sd.extend_timeout, terminal=self.terminal,
                                    leader=lambda: self.child.pid)
-        self.actions.hold = self.cgroup.hold if self.cgroup is not None else None  # an atomic pause
+        self.tree.freezer = self.cgroup  # the pause is its freeze (process/tree.py)
 
         # the evidence
         self.tracker = IterationTracker(settings.iteration_process, settings.iteration_marker, self.breaker.iteration)

@@ -76,16 +76,14 @@ class TreeActions:
         self._extend_timeout = extend_timeout
         self._terminal = terminal
         """Told of every pause, resume and stop: it puts the terminal back as it found it (terminal/modes.py)."""
-        self.hold: Callable[[bool], bool] | None = None
-        """Freezes the loop's cgroup around a pause's signals, where there is one (`process/cgroup.py`)."""
 
     async def pause(self, iteration: int) -> int:
-        """SIGSTOP every process (parents first, until no newcomer shows up); the number frozen. No agent
-        call starts while frozen, even when something outside thaws the tree."""
-        if self.calls is not None:
+        """Hold every process still (the cgroup's freeze, or SIGSTOP to each: `ProcessTree.pause`); the number
+        held. No agent call starts while paused, even when something outside thaws the tree."""
+        if self.calls is not None and not self.tree.freezes:  # the signals take a while: no call starts meanwhile
             self.calls.hold("freeze", self.tree.sample())
         started = time.monotonic()
-        count = await asyncio.to_thread(self.tree.pause, self.hold)
+        count = await asyncio.to_thread(self.tree.pause)
         if self.calls is not None:
             self.calls.hold("freeze", self.tree.sample())  # whatever started while the pause went round
             await _on_container(self.calls.running_container(), "pause")  # the agent outside our tree

@@ -15,6 +15,7 @@ import platform
 import shutil
 import signal
 import subprocess
+import statistics
 import sys
 import tempfile
 import threading
@@ -389,6 +390,12 @@ def tail(values: Sequence[float]) -> tuple[str, float]:
         return f"max of {len(ordered)}", ordered[-1]
     rank = max(1, -(-99 * len(ordered) // 100))  # nearest rank: ceil(0.99 n)
     return "p99", ordered[rank - 1]
+
+
+def median_ratio(ours: Sequence[float], base: Sequence[float]) -> str:
+    """The ratio of the medians, ours over the baseline's ("n/a" when the baseline's is 0)."""
+    b = statistics.median(base)
+    return f"{statistics.median(ours) / b:.2f}" if b > 0 else "n/a"
 
 
 def fmt_mib(value: float) -> str:

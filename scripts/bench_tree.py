@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import _benchkit as kit  # noqa: E402 - the commit the section names
 
+from ralph_supervisor.process.frozen import held  # noqa: E402
 from ralph_supervisor.process.linux import read_stat, set_child_subreaper  # noqa: E402
 from ralph_supervisor.process.reaper import Reaper  # noqa: E402
 from ralph_supervisor.process.spawn import spawn  # noqa: E402
@@ -153,12 +154,8 @@ def run_pause(bench: Bench, size: int, runs: int) -> dict[str, list[float]]:
 
 
 def _not_stopped(members: list[Member]) -> int:
-    count = 0
-    for member in members:
-        stat = read_stat(member.pid)
-        if stat is not None and stat.alive and stat.state not in ("T", "t"):
-            count += 1
-    return count
+    """Members not held still (process/frozen.py: stopped by a signal, or in a frozen cgroup)."""
+    return sum(1 for member in members if not held(member.pid))
 
 
 def ms(values: list[float]) -> str:
@@ -168,11 +165,6 @@ def ms(values: list[float]) -> str:
 
 def count(values: list[float]) -> str:
     return f"{max(values):.0f}"
-
-
-def ratio(ours: list[float], base: list[float]) -> str:
-    b = statistics.median(base)
-    return f"{statistics.median(ours) / b:.2f}" if b > 0 else "n/a"
 
 
 def main() -> int:
@@ -206,16 +198,16 @@ def main() -> int:
     n = int(statistics.median(coop["members"]))
     rows = [
         f"| stop, cooperative tree ({n} processes), time | {ms(coop['ours_s'])} | {ms(coop['base_s'])} | "
-        f"{ratio(coop['ours_s'], coop['base_s'])} | < 1 s |",
+        f"{kit.median_ratio(coop['ours_s'], coop['base_s'])} | < 1 s |",
         f"| stop, cooperative tree, survivors (worst run) | {count(coop['ours_left'])} | {count(coop['base_left'])} | | 0 |",
         f"| stop, TERM-ignoring tree ({int(statistics.median(deaf['members']))} processes), grace {grace:g} s, time | "
-        f"{ms(deaf['ours_s'])} | {ms(deaf['base_s'])} | {ratio(deaf['ours_s'], deaf['base_s'])} | grace + < 1 s |",
+        f"{ms(deaf['ours_s'])} | {ms(deaf['base_s'])} | {kit.median_ratio(deaf['ours_s'], deaf['base_s'])} | grace + < 1 s |",
         f"| stop, TERM-ignoring tree, survivors (worst run) | {count(deaf['ours_left'])} | {count(deaf['base_left'])} | | 0 |",
         f"| stop, Ralph-like loop + daemon + listener ({int(statistics.median(ralph['members']))} processes), time | "
-        f"{ms(ralph['ours_s'])} | {ms(ralph['base_s'])} | {ratio(ralph['ours_s'], ralph['base_s'])} | grace + < 1 s |",
+        f"{ms(ralph['ours_s'])} | {ms(ralph['base_s'])} | {kit.median_ratio(ralph['ours_s'], ralph['base_s'])} | grace + < 1 s |",
         f"| stop, Ralph-like loop, survivors (worst run) | {count(ralph['ours_left'])} | {count(ralph['base_left'])} | | 0 |",
         f"| pause ({int(statistics.median(paused['members']))} processes), time | {ms(paused['ours_s'])} | "
-        f"{ms(paused['base_s'])} | {ratio(paused['ours_s'], paused['base_s'])} | < 100 ms |",
+        f"{ms(paused['base_s'])} | {kit.median_ratio(paused['ours_s'], paused['base_s'])} | < 100 ms |",
         f"| pause, processes still running (worst run) | {count(paused['ours_running'])} | "
         f"{count(paused['base_running'])} | | 0 |",
         f"| resume ({int(statistics.median(paused['members']))} processes), time | {ms(paused['resume_s'])} | | | |",
@@ -238,7 +230,8 @@ def main() -> int:
         "",
         "Ours: TERM to every live descendant (pid + start time checked through a pidfd), wait up to the grace "
         "while reaping and TERMing newcomers, KILL the rest, re-scan until empty. Pause: SIGSTOP parents first, "
-        "re-scan until no newcomer, then wait until every member reports state T.",
+        "re-scan until no newcomer, then wait until every member reports state T: the signal path, for a tree in "
+        "no cgroup (where the loop has one, the pause is its freeze: section `cgroup`).",
         "",
     ]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ralph_supervisor.process.frozen import held
 from tests.helpers.supervise import events, history, run, start, supervise_argv, wait_for
 from tests.helpers import executable, state_dir_of
 
@@ -193,11 +194,16 @@ def waiting_shim(loop_pid: int, agent_folder: Path) -> int | None:
 
 
 @pytest.mark.slow
-def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("way", ["cgroup", "signals"])
+def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path, way: str) -> None:
+    """Someone thaws the paused loop behind the supervisor's back: SIGCONT to each process on the signal path;
+    on the cgroup path SIGCONT changes nothing (the freeze holds), so it takes `cgroup.freeze` 0 from outside.
+    Either way the loop's next call waits in its shim until `resume`."""
     ws = workspace(tmp_path)
     bin_dir = agent(tmp_path, QUICK_AGENT)
     script = "while :; do claude -p go --output-format json; sleep 0.2; done"
-    proc = start(ws, *FAST, "--no-progress", "1000", "--paraphrase", "0", "--", "bash", "-c", script,
+    options = ("--cgroup", "off") if way == "signals" else ()
+    proc = start(ws, *FAST, *options, "--no-progress", "1000", "--paraphrase", "0", "--", "bash", "-c", script,
                  env=path_env(bin_dir))
     try:
         wait_for(lambda: len(finished(ws)) >= 2, timeout=30, what="two calls")
@@ -206,14 +212,25 @@ def test_a_frozen_tree_thawed_from_outside_starts_no_call(tmp_path: Path) -> Non
         state = json.loads(subprocess.run(supervise_argv("status", "--json", "-w", str(ws)), capture_output=True,
                                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}).stdout)
         child = state["child"]["pid"]
+        cgroup = state["cgroup"]
+        if way == "cgroup" and cgroup is None:
+            pytest.skip("no cgroup can be made here: the signal path is the other half of this test")
         os.kill(child, signal.SIGCONT)  # something outside thaws the loop
         for member in state["tree"]:
             try:
                 os.kill(member["pid"], signal.SIGCONT)
             except ProcessLookupError:
                 pass
+        if way == "cgroup":
+            time.sleep(0.5)
+            still = [m["pid"] for m in state["tree"] if Path(f"/proc/{m['pid']}").exists()]
+            assert still and all(held(pid) for pid in still), "SIGCONT thawed a frozen cgroup"
+            assert len(events(state_dir_of(ws), "iteration_started")) == paused_at
+            Path(cgroup["path"], "cgroup.freeze").write_text("0")  # someone with the rights thaws it
         # the loop goes on to its next call, whose shim waits while the tree is meant to be frozen
         shim = wait_for(lambda: waiting_shim(child, bin_dir), timeout=30, what="a shim waiting for the thaw")
+        live = json.loads(subprocess.run(supervise_argv("status", "--json", "-w", str(ws)), capture_output=True).stdout)
+        assert live["child"]["paused"] is False and live["state"] == "OPEN"  # status tells the truth
         time.sleep(1.0)  # ten of its looks at the flag
         assert waiting_shim(child, bin_dir) == shim, "the same shim still waits"
         assert len(events(state_dir_of(ws), "iteration_started")) == paused_at

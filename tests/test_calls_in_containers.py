@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ralph_supervisor.process.frozen import held
 from ralph_supervisor.process.linux import read_stat
 from tests.helpers import REPO
 from tests.helpers import state_dir_of
@@ -87,10 +88,10 @@ def test_a_pause_resume_and_stop_reach_the_container_through_its_engine(tmp_path
         wait_for(lambda: agent_pid.exists() and events(state_dir_of(ws), "iteration_started"), timeout=30, what="a call")
         agent = int(agent_pid.read_text())
         assert run(ws, "pause", "-w", str(ws)).returncode == 0
-        wait_for(lambda: (s := read_stat(agent)) is not None and s.state in ("T", "t"), timeout=10,
+        wait_for(lambda: held(agent), timeout=10,
                  what="the agent in the container frozen")
         assert run(ws, "resume", "-w", str(ws)).returncode == 0
-        wait_for(lambda: (s := read_stat(agent)) is not None and s.state not in ("T", "t"), timeout=10,
+        wait_for(lambda: (s := read_stat(agent)) is not None and not held(agent), timeout=10,
                  what="the agent thawed")
         assert run(ws, "stop", "-w", str(ws)).returncode == 0
         assert proc.wait(timeout=30) == 0

@@ -162,9 +162,10 @@ def test_tasks_max_and_cpu_max_bound_the_loops_cgroup(tmp_path: Path) -> None:
 
 
 def test_a_pause_during_a_fork_storm_leaves_nothing_running(tmp_path: Path) -> None:
-    """The cgroup is frozen while the SIGSTOPs go round: nothing forked meanwhile runs on, and once it thaws
-    every process meets its SIGSTOP: all of them in state T, and their number stays put."""
+    """The pause is the cgroup's freeze: atomic (a process forked meanwhile is born frozen), so nothing runs on,
+    every process is held (in the frozen cgroup, state S, not T), and their number stays put."""
     cgroup_or_skip(tmp_path)
+    from ralph_supervisor.process.frozen import held
     from ralph_supervisor.process.linux import read_stat
 
     workspace = tmp_path / "work"
@@ -180,35 +181,21 @@ def test_a_pause_during_a_fork_storm_leaves_nothing_running(tmp_path: Path) -> N
         path = Path(made["path"])
         wait_for(lambda: len((path / "cgroup.procs").read_text().split()) >= 100, timeout=30, what="the storm")
         assert "paused" in cli(workspace, "pause")
+        assert "frozen 1" in (path / "cgroup.events").read_text()  # every process in it held, when pause returns
         pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
-
-        def wchan(pid: int) -> str:
-            try:
-                return Path(f"/proc/{pid}/wchan").read_text()
-            except OSError:
-                return ""
-
-        def not_stopped() -> dict[int, str]:
-            states = {pid: (read_stat(pid).state if read_stat(pid) else "gone") for pid in pids}
-            # state D in kernel_clone: the parent of a vfork child (stopped before its exec), which cannot
-            # run before its child does
-            return {pid: st for pid, st in states.items()
-                    if st not in ("T", "t", "gone", "Z") and not (st == "D" and wchan(pid) == "kernel_clone")}
-
-        # a process the thaw found inside the kernel (another state D: a fork being set up) meets its
-        # SIGSTOP on its way back to user space, a moment later: none may be running or sleeping
-        deadline = time.monotonic() + 2.0
-        while (running := not_stopped()) and all(st == "D" for st in running.values()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not running, (running, {pid: wchan(pid) for pid in running})
+        assert pids and all(held(pid) for pid in pids)
         states = {pid: (read_stat(pid).state if read_stat(pid) else "gone") for pid in pids}
+        assert "T" not in states.values(), states  # frozen, not signal-stopped
+        cpu = (path / "cpu.stat").read_text().split()[1]
         time.sleep(1.0)
         assert sorted(int(p) for p in (path / "cgroup.procs").read_text().split()) == sorted(pids)  # no newcomer
-        assert "frozen 0" in (path / "cgroup.events").read_text()  # held only while the signals went round
+        assert (path / "cpu.stat").read_text().split()[1] == cpu  # not a microsecond of CPU since
         (paused,) = events(state_dir, "tree_paused")
-        assert paused["processes"] >= len([s for s in states.values() if s in ("T", "t")])  # the vfork parents too
+        assert paused["processes"] >= len(pids) and paused["duration_ms"] < 1000
+        assert json.loads(cli(workspace, "status", "--json"))["child"]["paused"] is True
         cli(workspace, "stop")
         assert proc.wait(timeout=60) == 0
+        assert all(e["survivors"] == 0 for e in events(state_dir, "tree_stopped"))
     finally:
         if proc.poll() is None:  # a failed assertion above: stop the storm through the supervisor first
             cli(workspace, "stop")
@@ -274,3 +261,86 @@ def test_the_verify_runs_under_the_trees_bounds_in_a_cgroup_of_its_own(tmp_path:
     assert mark.exists()
     assert not Path(made[0]["path"]).exists() and not (state_dir / "cgroup-verify.json").exists()
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def test_cgroup_off_makes_none_said_once_and_a_bound_then_is_one_line(tmp_path: Path) -> None:
+    """A user who wants no cgroup says so (flag, config key `cgroup`, RALPH_SUPERVISE_CGROUP): the signals pause
+    and stop the tree, said once at start; a bound then cannot be kept, and `run` says so before it starts."""
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    (workspace / ".ralph-supervise.toml").write_text('cgroup = "off"\n')
+    base = ("--no-echo", "--log-format", "json", "--notify-desktop", "false", "-w", str(workspace))
+    done = subprocess.run(supervise_argv(*base, "--", "true"), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    state_dir = state_dir_of(workspace)
+    (said,) = events(state_dir, "cgroup_unavailable")
+    assert said["reason"].startswith("--cgroup off") and events(state_dir, "cgroup_made") == []
+    assert not (state_dir / RECORD).exists()
+    for how in ({"RALPH_SUPERVISE_CGROUP": "off"}, {}):
+        args = ("--memory-max", "64M") if how else ("--cgroup", "off", "--tasks-max", "50")
+        (workspace / ".ralph-supervise.toml").unlink(missing_ok=True)
+        bounded = subprocess.run(supervise_argv(*base, *args, "--", "true"), capture_output=True, text=True,
+                                 timeout=60, env={**os.environ, **how})
+        assert bounded.returncode == 1
+        lines = [line for line in bounded.stderr.splitlines() if not line.startswith("{")]
+        assert len(lines) == 1 and "--cgroup off" in lines[0] and "need one" in lines[0], bounded.stderr
+    bad = subprocess.run(supervise_argv(*base, "--cgroup", "maybe", "--", "true"), capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 1 and "--cgroup" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_cgroup_folder_that_turns_read_only_or_disappears_mid_run_is_one_line_and_the_loop_stays_supervised(
+        tmp_path: Path) -> None:
+    """Read-only while the tree is frozen: the resume moves the loop out into the supervisor's cgroup (which
+    thaws it), one `cgroup_lost`, and from then on the signals pause and stop it. Gone (someone emptied and
+    removed it): noticed at the next tick, one line, the signals again. Never a tree left frozen."""
+    cgroup_or_skip(tmp_path)
+    from ralph_supervisor.process.frozen import held
+
+    for how in ("read-only", "gone"):
+        workspace = tmp_path / how
+        workspace.mkdir()
+        proc = start(workspace, "--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop", "false",
+                     "--", "bash", "-c", "sleep 300 & while :; do sleep 0.1; done",
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        state_dir = state_dir_of(workspace)
+        path: Path | None = None
+        try:
+            (made,) = wait_for(lambda: events(state_dir, "cgroup_made"), timeout=30, what="the cgroup")
+            path = Path(made["path"])
+            wait_for(lambda: len((path / "cgroup.procs").read_text().split()) >= 2, timeout=30, what="the loop in it")
+            loop = json.loads(cli(workspace, "status", "--json"))["child"]["pid"]
+            if how == "read-only":
+                assert "paused" in cli(workspace, "pause") and held(loop)
+                subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+                assert "resumed" in cli(workspace, "resume")
+                assert not held(loop) and (path / "cgroup.procs").read_text().split() == []  # moved out, thawed
+            else:
+                for pid in (path / "cgroup.procs").read_text().split():
+                    (path.parent / "cgroup.procs").write_text(pid)
+                path.rmdir()
+                wait_for(lambda: events(state_dir, "cgroup_lost"), timeout=30, what="the next tick to notice")
+            (lost,) = events(state_dir, "cgroup_lost")
+            assert lost["path"] == str(path) and ("Read-only" in lost["error"] if how == "read-only" else
+                                                  "is gone" in lost["error"])
+            assert "paused" in cli(workspace, "pause")  # by signals now: state T
+            status = json.loads(cli(workspace, "status", "--json"))
+            assert status["child"]["paused"] is True and held(loop)
+            assert "resumed" in cli(workspace, "resume") and not held(loop)
+            cli(workspace, "stop")
+            assert proc.wait(timeout=60) == 0
+            assert all(e["survivors"] == 0 for e in events(state_dir, "tree_stopped"))
+            assert len(events(state_dir, "cgroup_lost")) == 1
+        finally:
+            if path is not None and how == "read-only":
+                subprocess.run(["umount", str(path)], check=False)
+            if proc.poll() is None:
+                cli(workspace, "stop")
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if path is not None and path.exists():
+                path.rmdir()  # a read-only folder would not go at exit (`cgroup_left`)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.helpers.fault_procs import cli, loop_tree, states
+from tests.helpers.fault_procs import cli, loop_tree, paused, states
 from tests.helpers.supervise import LOOP, events, history, loop_env, run, start, supervise_argv, wait_for
 from tests.helpers import state_dir_of
 
@@ -56,7 +56,7 @@ def test_a_stuck_loop_opens_at_iteration_3_and_the_tree_is_frozen(tmp_path: Path
         assert opened["to"] == "OPEN" and opened["trigger"] == "no-progress" and opened["iteration"] == 3
         members = tree_of(proc.pid)
         assert members, "the loop's tree should still exist, frozen"
-        assert all(p.status() == psutil.STATUS_STOPPED for p in members), [(p.pid, p.name(), p.status()) for p in members]
+        assert all(paused(members).values()), [(p.pid, p.name(), p.status()) for p in members]
         cpu_before = sum(sum(p.cpu_times()[:2]) for p in members)
         status = json.loads(cli(tmp_path, "status", "--json").stdout)
         assert status["state"] == "OPEN" and status["trigger"] == "no-progress"
@@ -86,7 +86,7 @@ def test_resume_starts_a_trial_that_progress_closes(tmp_path: Path) -> None:
         wait_for(lambda: state_of(state_dir).get("state") == "CLOSED", what="the trial to close the breaker")
         moves = [(h["from"], h["to"]) for h in history(state_dir)]
         assert moves == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")]
-        assert psutil.STATUS_STOPPED not in states(tree_of(proc.pid)).values()
+        assert not any(paused(tree_of(proc.pid)).values())
     finally:
         stop_supervisor(proc)
         scenario.unlink()
@@ -201,12 +201,12 @@ def test_pause_resume_stop_over_the_control_socket(tmp_path: Path) -> None:
     state_dir = state_dir_of(tmp_path)
     try:
         wait_for(lambda: events(state_dir, "iteration_started"), what="a first iteration")
-        paused = cli(tmp_path, "pause")
-        assert paused.returncode == 0, paused.stderr
-        assert set(states(tree_of(proc.pid)).values()) == {psutil.STATUS_STOPPED}
+        asked = cli(tmp_path, "pause")
+        assert asked.returncode == 0, asked.stderr
+        assert all(paused(tree_of(proc.pid)).values()), states(tree_of(proc.pid))
         assert json.loads(cli(tmp_path, "status", "--json").stdout)["trigger"] == "manual"
         assert cli(tmp_path, "resume").returncode == 0
-        assert psutil.STATUS_STOPPED not in states(tree_of(proc.pid)).values()
+        assert not any(paused(tree_of(proc.pid)).values()), states(tree_of(proc.pid))
         stopped = cli(tmp_path, "stop")
         assert stopped.returncode == 0
         proc.communicate(timeout=30)

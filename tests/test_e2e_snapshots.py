@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.helpers import fault_procs, state_dir_of
-from tests.helpers.fault_procs import states
+from tests.helpers.fault_procs import paused
 from tests.helpers.supervise import LOOP, events, history, run, start, wait_for
 
 pytestmark = pytest.mark.slow
@@ -187,8 +187,7 @@ def test_reset_clean_and_a_mass_deletion_are_caught_and_restored_byte_exact(tmp_
         assert "the snapshot of iteration 2 holds them" in opened["reason"] and "src/gen/" in opened["reason"]
         assert not list((ws / "src" / "gen").iterdir()), "the call ran to its end before it was judged"
         assert [e["iteration"] for e in events(state_dir, "iteration_finished")][-1] == 3
-        frozen = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE}
-        assert set(states(tree(proc.pid)).values()) <= frozen, [(p.name(), p.status()) for p in tree(proc.pid)]
+        assert all(paused(tree(proc.pid)).values()), [(p.name(), p.status()) for p in tree(proc.pid)]
         assert f"ralph-supervise restore 2 -w {ws}" in (state_dir / "escalation.md").read_text()
         live = json.loads(cli(ws, "status", "--json").stdout)
         assert live["trigger"] == "destructive" and live["snapshots"]["state"] == "on"

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ralph_supervisor.process.frozen import held
 from tests.helpers.disks import DiskUnavailable, loop_mounted_ext4
 from tests.helpers.fault_big_line import block
 from tests.helpers.fault_binary import expected as binary_output
@@ -588,7 +589,7 @@ def test_a_child_killed_while_paused_ends_the_run_with_its_code_and_no_survivors
     child = wait_for(lambda: events(run.state_dir, "child_started"), what="child_started")[0]["pid"]
     wait_for(lambda: len(marked(run.mark)) >= 4, what="the tree")
     assert cli(run.workspace, "pause").returncode == 0
-    assert psutil.Process(child).status() == psutil.STATUS_STOPPED
+    assert held(child)
     os.kill(child, signal.SIGKILL)
     assert run.finish(timeout=10) == 128 + signal.SIGKILL
     assert [e["code"] for e in events(run.state_dir, "child_exited")] == [137]

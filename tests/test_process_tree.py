@@ -12,20 +12,24 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers.trees import (  # noqa: F401 - subreaper is a fixture
+from tests.helpers.trees import (  # noqa: F401 - subreaper and loop_cgroup are fixtures
     BUSY_LOOP,
     hard_tree,
+    loop_cgroup,
     subreaper,
     wait_for,
     wait_for_members,
     wide_tree,
 )
+from ralph_supervisor.process.cgroup import LoopCgroup
+from ralph_supervisor.process.frozen import held
 from ralph_supervisor.process.linux import read_stat
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.spawn import spawn
@@ -37,12 +41,37 @@ GRACE = 0.5
 _open_pipes: list = []
 
 
-def _start(reaper: Reaper, argv: list[str], cwd: Path) -> int:
+def _start(reaper: Reaper, argv: list[str], cwd: Path, enter: Callable[[], None] | None = None) -> int:
     """spawn() as the supervisor will; keep the pipes open (a closed pipe would SIGPIPE the loop's echo)."""
-    proc = spawn(argv, cwd)
+    proc = spawn(argv, cwd, enter=enter)
     reaper.adopt(proc)
     _open_pipes.extend([proc.stdout, proc.stderr])
     return proc.pid
+
+
+class Way:
+    """How a test's tree is paused: by the signals, or by the freeze of a cgroup of its own (where one can be
+    made: as root here), as the supervisor does it."""
+
+    def __init__(self, reaper: Reaper, cgroup: LoopCgroup | None) -> None:
+        self.reaper, self.cgroup = reaper, cgroup
+
+    def tree(self) -> ProcessTree:
+        return ProcessTree(os.getpid(), self.reaper, freezer=self.cgroup)
+
+    def start(self, argv: list[str], cwd: Path) -> int:
+        return _start(self.reaper, argv, cwd, enter=self.cgroup.enter if self.cgroup is not None else None)
+
+    def held_as_it_should(self, tree: ProcessTree, members: list[Member]) -> bool:
+        """Every member held (process/frozen.py), and by the way asked for: frozen (state S) or stopped (T)."""
+        stats = [s for s in (read_stat(m.pid) for m in members) if s is not None]
+        by_signal = {s.state == "T" for s in stats}
+        return tree.held(stats) and all(held(s.pid) for s in stats) and by_signal == {self.cgroup is None}
+
+
+@pytest.fixture(params=["signals", "cgroup"])
+def way(request: pytest.FixtureRequest, subreaper: Reaper) -> Way:
+    return Way(subreaper, request.getfixturevalue("loop_cgroup") if request.param == "cgroup" else None)
 
 
 @pytest.fixture(autouse=True)
@@ -166,14 +195,12 @@ def test_stop_works_from_a_worker_thread_like_asyncio_to_thread(subreaper: Reape
     assert tree.scan() == []
 
 
-def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again(
-    subreaper: Reaper, tmp_path: Path
-) -> None:
-    tree = ProcessTree(os.getpid(), subreaper)
+def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again(way: Way, tmp_path: Path) -> None:
+    tree = way.tree()
     busy_pid = tmp_path / "busy.pid"
     script = (f"bash -c 'echo $$ > {busy_pid}; {BUSY_LOOP}' & ( setsid sleep 1000 & ) ; "
               "setsid sleep 1000 & sleep 1000 & wait")
-    _start(subreaper, ["bash", "-c", script], tmp_path)
+    way.start(["bash", "-c", script], tmp_path)
     wait_for(lambda: busy_pid.exists() and busy_pid.read_text().strip() != "", 10, "the busy loop")
     wait_for_members(tree, 5)
     busy = next(m for m in tree.scan() if m.pid == int(busy_pid.read_text()))
@@ -185,7 +212,7 @@ def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again
     members = tree.scan()
     assert count == len(members) >= 5
     assert tree.paused
-    assert {_state(m) for m in members} == {"T"}
+    assert way.held_as_it_should(tree, members)
     frozen = _cpu_ticks(members)
     time.sleep(0.3)
     assert _cpu_ticks(members) == frozen
@@ -194,31 +221,31 @@ def test_pause_stops_every_process_and_none_uses_cpu_then_resume_runs_them_again
 
     assert resumed == len(members)
     assert not tree.paused
-    assert "T" not in {_state(m) for m in members}
+    assert "T" not in {_state(m) for m in members} and not any(held(m.pid) for m in members)
     busy_before = frozen[busy.pid]
     wait_for(lambda: _cpu_ticks([busy])[busy.pid] > busy_before, 5, "the busy loop to run again")
     assert tree.stop(GRACE).survivors == ()
 
 
-def test_pause_catches_processes_forked_while_it_runs(subreaper: Reaper, tmp_path: Path) -> None:
+def test_pause_catches_processes_forked_while_it_runs(way: Way, tmp_path: Path) -> None:
     """A fork storm: parents keep spawning children; after pause() nothing runs and nothing new appears."""
-    tree = ProcessTree(os.getpid(), subreaper)
+    tree = way.tree()
     storm = "for i in 1 2 3; do ( while :; do sleep 1000 & sleep 0.01; done ) & done; wait"
-    _start(subreaper, ["bash", "-c", storm], tmp_path)
+    way.start(["bash", "-c", storm], tmp_path)
     wait_for_members(tree, 30)
 
     tree.pause()
 
     members = tree.scan()
-    assert {_state(m) for m in members} == {"T"}
+    assert way.held_as_it_should(tree, members), {m.pid: _state(m) for m in members}
     time.sleep(0.1)
     assert {m.key for m in tree.scan()} == {m.key for m in members}
     assert tree.stop(GRACE).survivors == ()
 
 
-def test_stop_of_a_paused_tree_still_delivers_term(subreaper: Reaper, tmp_path: Path) -> None:
-    tree = ProcessTree(os.getpid(), subreaper)
-    _start(subreaper, wide_tree(20, term_ignoring=False), tmp_path)
+def test_stop_of_a_paused_tree_still_delivers_term(way: Way, tmp_path: Path) -> None:
+    tree = way.tree()
+    way.start(wide_tree(20, term_ignoring=False), tmp_path)
     wait_for_members(tree, 20)
     tree.pause()
 
@@ -227,6 +254,7 @@ def test_stop_of_a_paused_tree_still_delivers_term(subreaper: Reaper, tmp_path: 
     assert result.survivors == ()
     assert result.duration_ms < 5000  # they were woken up and obeyed TERM, no KILL needed
     assert not tree.paused
+    assert way.cgroup is None or not way.cgroup.frozen()  # a restart in it is not born frozen
 
 
 def test_a_member_whose_create_time_no_longer_matches_is_never_signalled(
@@ -259,8 +287,8 @@ def test_excluded_processes_and_their_children_are_left_alone(subreaper: Reaper,
     assert len(everything) == 2  # the helper bash and its sleep
 
 
-def test_stop_and_pause_of_an_empty_tree_do_nothing(subreaper: Reaper) -> None:
-    tree = ProcessTree(os.getpid(), subreaper)
+def test_stop_and_pause_of_an_empty_tree_do_nothing(way: Way) -> None:
+    tree = way.tree()
     assert tree.stop(5.0).survivors == () and tree.stop(5.0).duration_ms < 1000
     assert tree.pause() == 0 and tree.resume() == 0
 
@@ -335,14 +363,15 @@ def test_stop_terms_the_loops_group_first_and_kills_refused_newcomers_at_once(su
     assert float(lines["work"]) - float(lines["loop"]) >= 0.9, "the rest is TERMed at half the grace, not with the loop"
 
 
-def test_a_helper_started_while_the_tree_is_paused_and_resumed_is_never_frozen(subreaper: Reaper, tmp_path: Path) -> None:
-    """Helpers (git for snapshots, hooks) start while pauses scan the tree; none may be taken for the loop's."""
+def test_a_helper_started_while_the_tree_is_paused_and_resumed_is_never_frozen(way: Way, tmp_path: Path) -> None:
+    """Helpers (git for snapshots, hooks) start while pauses scan the tree; none may be taken for the loop's
+    (nor be in its cgroup: they are forked by us, in ours)."""
     import subprocess
 
     from ralph_supervisor.process.helpers import HELPERS
 
-    tree = ProcessTree(os.getpid(), subreaper)
-    _start(subreaper, ["bash", "-c", "while :; do sleep 0.01; done"], tmp_path)
+    tree = way.tree()
+    way.start(["bash", "-c", "while :; do sleep 0.01; done"], tmp_path)
     wait_for_members(tree, 1)
     stuck: list[int] = []
     done = threading.Event()

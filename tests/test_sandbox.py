@@ -24,7 +24,7 @@ import pytest
 
 from ralph_supervisor.sandbox import Bind, Box, box_environment, keep_variable
 from tests.helpers import executable, wait_for
-from tests.helpers.fault_procs import MARK_VAR, cli, marked, states, wait_gone
+from tests.helpers.fault_procs import MARK_VAR, cli, marked, paused, states, wait_gone
 from tests.helpers.runs import Run
 from tests.helpers.supervise import events
 
@@ -197,8 +197,8 @@ def test_a_boxed_tree_is_frozen_by_a_pause_and_a_stop_leaves_nothing(boxed: Run)
     names = {_name(p) for p in boxed.tree()}
     assert "bwrap" in names, names
     assert cli(boxed.workspace, "pause").returncode == 0
-    frozen = states(boxed.tree())
-    assert set(frozen.values()) == {psutil.STATUS_STOPPED}, frozen
+    frozen = paused(boxed.tree())
+    assert frozen and all(frozen.values()), states(boxed.tree())
     busy = psutil.Process(int((boxed.marks / "busy.pid").read_text()))
     before = busy.cpu_times()
     time.sleep(0.4)

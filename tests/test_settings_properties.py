@@ -269,6 +269,8 @@ def _valid(option: str) -> st.SearchStrategy[tuple[Any, Any]]:
                 lambda v: (v, tuple(v)))
         case "sandbox":
             return st.sampled_from(["none", "bwrap", "BWRAP"]).map(lambda v: (v, v.lower()))
+        case "cgroup":
+            return st.sampled_from(["auto", "off", " OFF "]).map(lambda v: (v, v.strip().lower()))
         case "sandbox_network" | "verify_network":
             return st.sampled_from(["on", "off", " Off "]).map(lambda v: (v, v.strip().lower()))
         case "sandbox_ro" | "sandbox_rw":

@@ -24,6 +24,7 @@ from tests.helpers.fault_procs import (
     identities,
     loop_tree,
     marked,
+    paused,
     port_bindable,
     running,
     states,
@@ -55,6 +56,26 @@ def supervised(tmp_path: Path) -> Iterator[Run]:
         yield run
     finally:
         run.cleanup()
+
+
+@pytest.fixture(params=["cgroup", "signals"])
+def pausing(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Run]:
+    """A run for the tests about the pause itself, both ways: the cgroup's freeze (where one can be made: as
+    root here) and the signals (`--cgroup off`)."""
+    run = Run(tmp_path / "work", marks=tmp_path / "marks", options=("--cgroup", "off") if request.param == "signals" else ())
+    try:
+        yield run
+    finally:
+        run.cleanup()
+
+
+def _frozen_by_cgroup(run: Run) -> bool:
+    """The pause is the cgroup's freeze (its processes sleep, state S) rather than SIGSTOP (state T)."""
+    made = wait_for(lambda: events(run.state_dir, "cgroup_made") + events(run.state_dir, "cgroup_unavailable"),
+                    what="the cgroup made, or why not")
+    if "--cgroup" in run.options:
+        assert made[0]["event"] == "cgroup_unavailable" and made[0]["reason"].startswith("--cgroup off"), made
+    return made[0]["event"] == "cgroup_made"
 
 
 def _hard_tree_ready(run: Run) -> int:
@@ -112,29 +133,32 @@ def test_a_200_process_term_ignoring_tree_leaves_nothing(supervised: Run, how: s
     assert stopped[0]["signalled"] >= 200
 
 
-def test_pause_freezes_every_process_and_resume_thaws_them(supervised: Run) -> None:
+def test_pause_freezes_every_process_and_resume_thaws_them(pausing: Run) -> None:
+    supervised = pausing
     supervised.start("--", "bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     busy = int((supervised.marks / "busy.pid").read_text())
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
 
-    paused = cli(supervised.workspace, "pause")
-    assert paused.returncode == 0, paused.stderr
-    frozen = states(supervised.tree())
+    paused_ = cli(supervised.workspace, "pause")
+    assert paused_.returncode == 0, paused_.stderr
+    frozen = paused(supervised.tree())
     assert len(frozen) >= 5 and busy in frozen
-    assert set(frozen.values()) == {psutil.STATUS_STOPPED}, frozen
+    assert all(frozen.values()), states(supervised.tree())
+    # the freeze holds them sleeping (S), the signals stopped (T): each way is the one asked for
+    stopped = {s == psutil.STATUS_STOPPED for s in states(supervised.tree()).values()}
+    assert stopped == ({False} if _frozen_by_cgroup(supervised) else {True}), states(supervised.tree())
     before = cpu_seconds(busy)
     time.sleep(0.5)
     assert cpu_seconds(busy) == before, "a paused busy loop accumulated CPU"
-    assert set(states(supervised.tree()).values()) == {psutil.STATUS_STOPPED}, "something thawed by itself"
+    assert all(paused(supervised.tree()).values()), "something thawed by itself"
     live = status(supervised.workspace)
     assert live["child"]["paused"] is True and live["state"] == "OPEN" and live["trigger"] == "manual"
     assert events(supervised.state_dir, "tree_paused")
 
     resumed = cli(supervised.workspace, "resume")
     assert resumed.returncode == 0, resumed.stderr
-    thawed = states(supervised.tree())
-    assert psutil.STATUS_STOPPED not in thawed.values(), thawed
+    assert not any(paused(supervised.tree()).values()), states(supervised.tree())
     before = cpu_seconds(busy)
     wait_for(lambda: cpu_seconds(busy) - before > 0.05, timeout=5, what="the busy loop to run again")
     assert status(supervised.workspace)["child"]["paused"] is False
@@ -146,8 +170,9 @@ def test_pause_freezes_every_process_and_resume_thaws_them(supervised: Run) -> N
 
 
 @pytest.mark.parametrize("how", ["stop", "sigterm"])
-def test_stop_of_a_paused_tree_leaves_nothing(supervised: Run, how: str) -> None:
+def test_stop_of_a_paused_tree_leaves_nothing(pausing: Run, how: str) -> None:
     """Frozen processes do not act on TERM until thawed: a stop must still end them all."""
+    supervised = pausing
     supervised.start("--", "bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
@@ -202,10 +227,11 @@ def test_after_sigkill_the_child_dies_and_the_next_run_sweeps_the_leftovers_firs
     assert marked(supervised.mark) == []
 
 
-def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(supervised: Run) -> None:
+def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(pausing: Run) -> None:
     """Two people (or scripts) pressing pause and resume at once never leave the tree half frozen."""
     import threading
 
+    supervised = pausing
     from ralph_supervisor.control import ControlError, request
 
     supervised.start("--", "bash", "-c", "trap '' TERM; for i in $(seq 20); do (setsid sleep 1000 &); sleep 1000 & done; "
@@ -226,11 +252,8 @@ def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(s
         for thread in burst:
             thread.join()
         send(last)
-        seen = set(states(supervised.tree()).values())
-        if last == "pause":
-            assert seen == {psutil.STATUS_STOPPED}, seen
-        else:
-            assert psutil.STATUS_STOPPED not in seen, seen
+        seen = set(paused(supervised.tree()).values())
+        assert seen == {last == "pause"}, states(supervised.tree())
         assert status(supervised.workspace)["child"]["paused"] is (last == "pause")
     assert failures == []
     assert cli(supervised.workspace, "stop").returncode == 0
@@ -238,8 +261,9 @@ def test_concurrent_pause_and_resume_requests_end_in_the_state_of_the_last_one(s
     assert marked(supervised.mark) == []
 
 
-def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(supervised: Run) -> None:
+def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(pausing: Run) -> None:
     """Stopped processes do not act on TERM: the sweep must still end them."""
+    supervised = pausing
     supervised.start("--", "bash", "-c", PAUSABLE_TREE)
     wait_for(lambda: (supervised.marks / "busy.pid").exists(), what="the busy child")
     wait_for(lambda: len(supervised.tree()) >= 5, what="the tree")
@@ -249,7 +273,7 @@ def test_a_tree_left_frozen_by_a_sigkilled_supervisor_is_swept_by_the_next_run(s
     supervised.proc.wait(timeout=10)
     time.sleep(0.3)
     leftovers = loop_tree(marked(supervised.mark))
-    assert len(leftovers) >= 3 and set(states(leftovers).values()) == {psutil.STATUS_STOPPED}, states(leftovers)
+    assert len(leftovers) >= 3 and all(paused(leftovers).values()), states(leftovers)
     old_tree = identities(leftovers)
 
     supervised.start("--", "sleep", "1000")

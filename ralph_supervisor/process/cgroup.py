@@ -4,11 +4,13 @@ Signals reach the processes the tree walk finds; a cgroup holds every process th
 it left the tree. So, where the supervisor can write to cgroup v2 (as root, or in a subtree delegated to it),
 the loop runs in a cgroup of its own, made under the supervisor's own cgroup (from `/proc/self/cgroup`, so it
 stays inside whatever limits the supervisor runs under): the child enters it between fork and exec, before it
-can start anything. A stop ends with `cgroup.kill` (what the signals left, if anything, dies with it), and
-its figures (CPU seconds from `cpu.stat`, memory where the unified hierarchy has the memory controller, the
-processes in it) are in `status --json`; a pause holds it frozen while its SIGSTOPs go round (`hold`). The cgroup's path is recorded in the state folder, it is removed
-at exit, and a successor sweeps one a crashed supervisor left. Where none can be made, the signals do the
-work alone, said once at start (`create` returns the reason).
+can start anything. A pause is its freeze (`cgroup.freeze`: atomic, a process forked meanwhile is born
+frozen; `process/frozen.py` says what "held" means on either path), a stop ends with `cgroup.kill` (what the
+signals left, if anything, dies with it), and its figures (CPU seconds from `cpu.stat`, memory where the unified
+hierarchy has the memory controller, the processes in it) are read at each tick (`look`, a few µs) for
+`status --json`, `watch` and the metrics. The cgroup's path is recorded in the state folder, it is removed at
+exit, and a successor sweeps one a crashed supervisor left. Where none can be made, the signals do the work
+alone, said once at start (`create` returns the reason).
 
 Bounds (`--memory-max`, `--cpu-max`, `--tasks-max`) go through the v2 controllers where the unified hierarchy
 has them enabled for our cgroup's children, else through the v1 `memory`, `cpu` and `pids` hierarchies of a
@@ -18,7 +20,8 @@ A bound that cannot be set is an error naming what is missing: the run does not 
 
     cgroup, why = LoopCgroup.create(state_dir)   # None and why, where none can be made
     popen = spawn(..., enter=cgroup.enter)        # the child moves itself in before exec
-    cgroup.figures()                              # Figures(cpu_s=..., memory_bytes=..., tasks=...)
+    cgroup.freeze(); cgroup.thaw()                # pause and resume (None, or the problem)
+    cgroup.look()                                 # Figures(cpu_s=..., memory_bytes=..., tasks=...), per tick
     cgroup.kill(); cgroup.remove()                # at the end of a stop; at exit
 """
 
@@ -27,15 +30,24 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import select
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ralph_supervisor.process.procfs import read_small
+
 RECORD = "cgroup.json"
+"""The state folder's record of the loop's cgroup (its path), for the sweep after a crash."""
 VERIFY_RECORD = "cgroup-verify.json"
 """The verify's cgroup, a sibling of the loop's with the same bounds (a verify is never frozen with the tree)."""
-"""The state folder's record of the loop's cgroup (its path), for the sweep after a crash."""
 PREFIX = "ralph-loop-"
+CGROUP_OFF = ("--cgroup off: the loop gets no cgroup (signals pause and stop it; --memory-max, --cpu-max and "
+              "--tasks-max need one)")
+"""Why there is none when the user said so (`create` is not even tried)."""
+FREEZE_WAIT = 0.5
+"""How long a freeze waits for `frozen 1` (a process in uninterruptible sleep is held only when it leaves it)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,12 @@ class LoopCgroup:
         """The loop's cgroups in the v1 hierarchies, by controller (a hybrid system)."""
         self.v2_controllers = v2_controllers
         """The controllers the unified hierarchy has for the loop's cgroup."""
+        self.latest: Figures | None = None
+        """The last tick's figures (`look`), read by `status`, `watch` and the metrics' thread (a value, replaced whole)."""
+        self.lost: str | None = None
+        """Why the folder can no longer be used (gone, or read-only), once that is known."""
+        self._files: tuple[str, str, str] | None = None
+        """Where the figures are read (CPU, memory now, its peak), found at the first read."""
 
     @property
     def paths(self) -> list[Path]:
@@ -216,24 +234,56 @@ class LoopCgroup:
                 pass  # the signals still do the work; the figures will say 0 processes
 
     def pids(self) -> list[int]:
-        try:
-            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
+        """The processes directly in it."""
+        return _pids(self.path)
+
+    def members(self) -> frozenset[int]:
+        """The processes in it and in the cgroups below it (a loop may make its own): what its freeze holds."""
+        return frozenset(pid for folder in self.folders() for pid in _pids(folder))
+
+    def folders(self) -> list[Path]:
+        """It and the cgroups below it, parents first (one scandir where the loop made none)."""
+        found, index = [self.path], 0
+        while index < len(found):
+            try:
+                found.extend(Path(e.path) for e in os.scandir(found[index]) if e.is_dir(follow_symlinks=False))
+            except OSError:
+                pass
+            index += 1
+        return found
 
     def figures(self) -> Figures | None:
-        """Read at a `status` (a few small files); None once the folder is gone."""
-        try:
-            stat = dict(line.split(" ", 1) for line in (self.path / "cpu.stat").read_text().splitlines() if " " in line)
-        except OSError:
-            return None
-        v1 = self.v1.get("memory")
-        if "memory" in self.v2_controllers or v1 is None:
-            memory, peak = _number(self.path / "memory.current"), _number(self.path / "memory.peak")
+        """Read now (a few small files); None once the folder is gone."""
+        return self._figures(len(_pids(self.path)), peak=True)
+
+    def look(self, members: Collection[int] | None = None) -> Figures | None:
+        """The tick's figures, kept in `latest`: CPU and memory now (two small reads); the processes and the
+        peak as of `members`, who is in it when the caller has just read that (else as the last look had
+        them). None once the folder is gone, and then `lost` says so."""
+        latest = self.latest
+        if members is None and latest is not None:
+            figures = self._figures(latest.tasks, latest.memory_peak_bytes, read_peak=False)
         else:
-            memory, peak = _number(v1 / "memory.usage_in_bytes"), _number(v1 / "memory.max_usage_in_bytes")
-        return Figures(cpu_s=round(int(stat.get("usage_usec", "0")) / 1e6, 3), memory_bytes=memory,
-                       memory_peak_bytes=peak, tasks=len(self.pids()))
+            figures = self._figures(len(self.members() if members is None else members))
+        if figures is None and self.lost is None and not self.path.exists():
+            self.lost = f"{self.path} is gone"
+        self.latest = figures
+        return figures
+
+    def _figures(self, tasks: int, peak: int | None = None, *, read_peak: bool = True) -> Figures | None:
+        """`read_peak`: read the memory's peak, else keep `peak`."""
+        if self._files is None:
+            v1 = self.v1.get("memory")
+            memory = (self.path / "memory.current", self.path / "memory.peak") if "memory" in self.v2_controllers or \
+                v1 is None else (v1 / "memory.usage_in_bytes", v1 / "memory.max_usage_in_bytes")
+            self._files = (str(self.path / "cpu.stat"), str(memory[0]), str(memory[1]))
+        cpu_file, memory_file, peak_file = self._files
+        stat = read_small(cpu_file)
+        if stat is None:
+            return None
+        usage = next((line.split()[1] for line in stat.splitlines() if line.startswith(b"usage_usec ")), b"0")
+        return Figures(cpu_s=round(int(usage) / 1e6, 3), memory_bytes=_number(memory_file),
+                       memory_peak_bytes=_number(peak_file) if read_peak else peak, tasks=tasks)
 
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer has killed in the cgroup so far (`oom_kill` of v2's
@@ -249,26 +299,47 @@ class LoopCgroup:
             pass
         return 0
 
-    def hold(self, on: bool, timeout: float = 0.5) -> bool:
-        """Freeze (`cgroup.freeze` 1, until `cgroup.events` says `frozen 1`, at most `timeout`) or thaw the
-        cgroup; False where it cannot (the signals then pause alone). The tree's pause holds it around its
-        SIGSTOPs (`ProcessTree.pause`)."""
-        if not _write(self.path / "cgroup.freeze", "1" if on else "0"):
-            return False
-        deadline = time.monotonic() + timeout
-        while on and time.monotonic() < deadline:
-            try:
-                if "frozen 1" in (self.path / "cgroup.events").read_text():
-                    break
-            except OSError:
-                break
-            time.sleep(0.001)
-        return True
+    def freeze(self, timeout: float = FREEZE_WAIT) -> str | None:
+        """The pause: `cgroup.freeze` 1, atomic (a process forked meanwhile is born frozen), then wait until
+        `cgroup.events` says every process in it is held (at most `timeout`: one in uninterruptible sleep is
+        held when it leaves it). The problem (the file, and why it cannot be written), or None.
+
+        Each cgroup below is waited for too: the kernel may say `frozen 1` of this one a few ms before a cgroup
+        the loop made below it is (seen on 6.18 with a task just moved into a nested cgroup)."""
+        problem = _write_problem(self.path / "cgroup.freeze", "1")
+        if problem is None:
+            deadline = time.monotonic() + timeout
+            for folder in self.folders():
+                wait_frozen(folder, True, max(0.0, deadline - time.monotonic()))
+        else:
+            self.lost = self.lost or problem
+        return problem
+
+    def thaw(self, timeout: float = FREEZE_WAIT) -> str | None:
+        """`cgroup.freeze` 0. Where that cannot be written (the folder became read-only), its processes are
+        moved out into the supervisor's own cgroup, which thaws them too: the tree is never left frozen while
+        a way out exists. The problem (None when it thawed the plain way)."""
+        problem = _write_problem(self.path / "cgroup.freeze", "0")
+        if problem is None:
+            wait_frozen(self.path, False, timeout)
+            return None
+        self.lost = self.lost or problem
+        if events_frozen(self.path) is not True:
+            return problem  # gone, or not frozen: nothing is held
+        into = self.path.parent / "cgroup.procs"
+        stuck = [pid for pid in self.members() if _write_problem(into, str(pid)) is not None]
+        if stuck:
+            return f"{problem}; {len(stuck)} of its processes cannot be moved out to {self.path.parent} either"
+        return f"{problem}; its processes were moved out to {self.path.parent}, which thaws them"
+
+    def frozen(self) -> bool:
+        """Its `cgroup.events`, and those of the cgroups below, say `frozen 1`: every process in them is held."""
+        return all(events_frozen(folder) is True for folder in self.folders())
 
     def kill(self, settle_s: float = 0.3) -> int:
         """SIGKILL everything in the cgroup at once (`cgroup.kill`; each process where the kernel has none).
         Returns how many processes there were."""
-        left = self.pids()
+        left = self.members()
         if not left:
             return 0
         try:
@@ -280,14 +351,15 @@ class LoopCgroup:
                 except OSError:
                     pass
         deadline = time.monotonic() + settle_s  # the dying leave it within milliseconds: count them once
-        while self.pids() and time.monotonic() < deadline:
+        while self.members() and time.monotonic() < deadline:
             time.sleep(0.005)
         return len(left)
 
     def remove(self, state_dir: Path, timeout: float = 2.0, *, record: str = RECORD) -> bool:
-        """Kill what is left, remove the folder and its record; False when it would not go."""
+        """Kill what is left, remove the folder (and the cgroups the loop made in it) and its record; False when
+        it would not go."""
         self.kill()
-        for folder in (self.path, *self.v1.values()):  # each its own time: one that will not go keeps no other
+        for folder in (*reversed(self.folders()), *self.v1.values()):  # each its own time: one that will not go keeps no other
             deadline = time.monotonic() + timeout
             while not _rmdir(folder) and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -342,17 +414,70 @@ def _enabled(parent: Path) -> frozenset[str]:
 
 
 def _write(path: Path, text: str) -> bool:
+    return _write_problem(path, text) is None
+
+
+def _write_problem(path: Path, text: str) -> str | None:
+    """Write a cgroup file; None, or what went wrong, naming the file."""
     try:
         path.write_text(text)
-        return True
+        return None
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+
+
+def _pids(folder: Path) -> list[int]:
+    """The processes directly in a cgroup (`cgroup.procs`); none when it cannot be read."""
+    raw = read_small(folder / "cgroup.procs")
+    try:
+        return [int(part) for part in raw.split()] if raw else []
+    except ValueError:
+        return []
+
+
+def events_frozen(folder: Path) -> bool | None:
+    """What the cgroup's `cgroup.events` says of `frozen` (None: it cannot be read, or says nothing of it)."""
+    raw = read_small(folder / "cgroup.events")
+    return _frozen_in(raw) if raw is not None else None
+
+
+def _frozen_in(raw: bytes) -> bool | None:
+    for line in raw.splitlines():
+        if line.startswith(b"frozen "):
+            return line.endswith(b" 1")
+    return None
+
+
+def wait_frozen(folder: Path, frozen: bool, timeout: float) -> bool:
+    """Wait until the cgroup's `cgroup.events` says `frozen` is `frozen` (at most `timeout` seconds); True
+    when it does. The kernel wakes a poll on that file when it changes, so this costs no sleeps."""
+    try:
+        fd = os.open(folder / "cgroup.events", os.O_RDONLY)
     except OSError:
         return False
-
-
-def _number(path: Path) -> int | None:
+    deadline = time.monotonic() + timeout
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
+        poller = select.poll()
+        poller.register(fd, select.POLLPRI)
+        while True:
+            if _frozen_in(os.pread(fd, 256, 0)) is frozen:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if not poller.poll(max(1, int(left * 1000))):
+                continue
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _number(path: Path | str) -> int | None:
+    raw = read_small(path)
+    try:
+        return int(raw.strip()) if raw else None
+    except ValueError:
         return None
 
 

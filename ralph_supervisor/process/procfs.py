@@ -17,13 +17,24 @@ import os
 
 def read_raw_stat(pid: int) -> bytes | None:
     """The bytes of /proc/PID/stat, or None when the process is gone (or unreadable)."""
-    # os.open/os.read: about half the cost of a Python file object, and scans read hundreds of these.
+    return read_small(f"/proc/{pid}/stat")
+
+
+def read_small(path: str | os.PathLike[str], size: int = 4096) -> bytes | None:
+    """A small file of the kernel's (/proc, a cgroup's), whole, or None when it cannot be read. One read when it
+    fits in `size`: os.open/os.read cost about half of a Python file object, and scans read hundreds of these."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        return os.read(fd, 4096)
+        data = os.read(fd, size)
+        if len(data) == size:  # more than one read's worth
+            parts = [data]
+            while part := os.read(fd, size):
+                parts.append(part)
+            data = b"".join(parts)
+        return data
     except OSError:
         return None
     finally:

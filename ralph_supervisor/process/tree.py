@@ -6,8 +6,15 @@ inherits every orphan of the tree, which makes "all live descendants of the supe
 tree. Each member is tracked by (pid, start time); a signal goes out only after the kernel confirms
 that pid still names the same process (linux.signal_if_same), so a recycled PID is never hit.
 
+Where the loop has a cgroup (`freezer`, process/cgroup.py), a pause is its freeze: atomic, and within
+milliseconds however big the tree; the few processes of the tree outside it (they left it, or never entered)
+are paused by signals, as the whole tree is where there is no cgroup. process/frozen.py says what "held"
+means on either path.
+
 All methods may be called from any thread; kill_now() may interrupt a stop() running in another
-thread (the supervisor's second SIGINT).
+thread (the supervisor's second SIGINT). The pause's own state (paused, the cgroup it froze, the strays it
+stopped) is behind `_lock`; a look (`sample`) that finds a stray while frozen stops it only when no pause,
+resume or stop holds that lock.
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ from dataclasses import dataclass
 
 import structlog
 
+from ralph_supervisor.process.cgroup import LoopCgroup
+from ralph_supervisor.process.frozen import STOPPED_STATES, held
 from ralph_supervisor.process.helpers import HELPERS, Helpers
 from ralph_supervisor.process.linux import (
     ProcStat,
     all_stats,
+    children_of,
     create_time_to_ticks,
     descendant_stats,
     read_stat,
@@ -34,7 +44,11 @@ from ralph_supervisor.process.reaper import Reaper
 
 log = structlog.get_logger(__name__)
 
-_STOPPED_STATES = ("T", "t")
+HELD_WAIT = 0.5
+"""How long a pause waits for what it signalled to report state T (one in uninterruptible sleep stops later)."""
+MEMBERS_EVERY = 1.0
+"""A look reads who is in the cgroup at most this often while it is not frozen (`cgroup.procs` costs about a
+third of a µs a process; CPU and memory, read at every look, a few µs): benchmarks say per tick (docs/bench)."""
 
 
 @dataclass(frozen=True)
@@ -120,13 +134,25 @@ class ProcessTree:
         exclude: Callable[[int], bool] | None = None,
         kill_timeout: float = 2.0,
         helpers: Helpers = HELPERS,
+        freezer: LoopCgroup | None = None,
     ) -> None:
         self._root = supervisor_pid
         self._reaper = reaper
         self._helpers = helpers
         self._exclude = (lambda pid: pid in helpers or exclude(pid)) if exclude is not None else helpers.__contains__
         self._kill_timeout = kill_timeout
+        self.freezer = freezer
+        """The loop's cgroup, whose freeze is the pause; None where there is none (or it was lost): signals."""
+        self._lock = threading.Lock()
         self._paused = False
+        self._frozen: LoopCgroup | None = None
+        """The cgroup the current pause froze (None: none, or paused by signals)."""
+        self._stopped: dict[tuple[int, int], ProcStat] = {}
+        """The strays (members outside the frozen cgroup) this pause stopped by signal."""
+        self._strays: tuple[ProcStat, ...] = ()
+        """The members outside the cgroup at the last look (`sample`): where a pause looks for them first."""
+        self._inside: tuple[float, frozenset[int]] = (-MEMBERS_EVERY, frozenset())
+        """When the last look read who is in the cgroup, and who (the looks' own: `sample`'s caller's thread)."""
         self._kill_requested = threading.Event()
 
     # --- looking -------------------------------------------------------------------------------
@@ -139,18 +165,33 @@ class ProcessTree:
         """The members with their CPU ticks, read the cheap way (children files) for periodic sampling.
 
         Costs reads proportional to the tree, not to the whole system; falls back to a full scan
-        where the kernel has no children files. Stop and pause keep using full scans.
+        where the kernel has no children files. Stop, and a pause by signals, keep using full scans. With a
+        cgroup it is also the tick's look at it (`_look`: its figures, the members outside it).
         """
         stats = descendant_stats(self._root)
         if stats is None:
-            return self._scan_stats()
-        if any(self._exclude(s.pid) for s in stats):
+            stats = self._scan_stats()
+        elif any(self._exclude(s.pid) for s in stats):
             stats = walk(stats, [self._root], self._exclude)
+        cgroup = self.freezer
+        if cgroup is not None:
+            self._look(cgroup, stats)
         return stats
 
     @property
     def paused(self) -> bool:
         return self._paused
+
+    @property
+    def freezes(self) -> bool:
+        """A pause is the cgroup's freeze (else signals)."""
+        return self.freezer is not None
+
+    def held(self, stats: Iterable[ProcStat]) -> bool:
+        """Every one of `stats` is held still (process/frozen.py): in the frozen cgroup, or stopped by a signal."""
+        cgroup = self._frozen
+        inside = cgroup.members() if cgroup is not None and cgroup.frozen() else frozenset()
+        return all(held(s.pid, s.state, frozen=inside) for s in stats)
 
     # --- acting --------------------------------------------------------------------------------
 
@@ -175,14 +216,17 @@ class ProcessTree:
 
         Newcomers are TERMed in phase 2 and after; a newcomer for which `refuse(stat)` is true (an agent
         call starting while we stop) is KILLed at once, in any phase. Without `leader` phase 2 starts at
-        once (everything is TERMed together)."""
+        once (everything is TERMed together). A frozen cgroup is thawed right after the first TERMs, so the
+        loop meets them before it runs again."""
         started = time.monotonic()
         self._kill_requested.clear()
         signalled: set[tuple[int, int]] = set()
         refused: set[tuple[int, int]] = set()
         at_start: set[tuple[int, int]] = set()
         deadline = started + grace
-        wake = self._paused
+        with self._lock:
+            wake, frozen = self._paused, self._frozen
+            self._paused, self._frozen, self._stopped = False, None, {}
         with self._helpers.lock:  # each scan and its signals: no helper starts in between (helpers.py)
             stats = self._scan_stats()
             at_start.update((s.pid, s.start_ticks) for s in stats)
@@ -196,7 +240,8 @@ class ProcessTree:
                            signalled, wake=wake)
             else:
                 self._term(stats, signalled, wake=wake)
-        self._paused = False
+        if frozen is not None:
+            self._thaw(frozen)
         half = started + grace / 2
         pause_s = 0.005
         while stats:
@@ -243,52 +288,127 @@ class ProcessTree:
         started = time.monotonic()
         self._kill_requested.set()
         signalled: set[tuple[int, int]] = set()
-        survivors = self._kill_until_empty(signalled)
-        self._paused = False
+        survivors = self._kill_until_empty(signalled)  # a frozen process dies of SIGKILL too
+        frozen, self._frozen, self._paused, self._stopped = self._frozen, None, False, {}  # no lock: we hurry
+        if frozen is not None:
+            self._thaw(frozen)  # what the cgroup gets next (a restart) is not born frozen
         return StopResult(
             survivors=tuple(member_of(s) for s in survivors),
             duration_ms=int((time.monotonic() - started) * 1000),
             signalled=len(signalled),
         )
 
-    def pause(self, hold: Callable[[bool], bool] | None = None) -> int:
-        """SIGSTOP every member, parents first, re-scanning until no newcomer shows up; return the
-        number stopped. Returns once they all report stopped (bounded: a process in uninterruptible
-        sleep stops only when it leaves it).
-
-        `hold(True)` freezes the loop's cgroup around the signals (`process/cgroup.py`): nothing forks
-        while they go round, and at `hold(False)` every process meets its pending SIGSTOP before it can run
-        a single instruction more, so a pause is atomic and "paused" still means state T everywhere.
+    def pause(self) -> int:
+        """Hold every member still; return how many. With a cgroup: freeze it, then SIGSTOP the strays outside
+        it. Without: SIGSTOP every member, parents first, re-scanning until no newcomer shows up. Returns once
+        they are all held (bounded: a process in uninterruptible sleep is held only when it leaves it).
 
         Clocks keep running while paused: GNU `timeout` around an agent call counts the pause, so a
         pause longer than the call's timeout ends that call right after resume()."""
-        stopped: dict[tuple[int, int], ProcStat] = {}
-        held = hold(True) if hold is not None else False
-        try:
-            with self._helpers.lock:  # no helper may start between a scan and its SIGSTOPs (helpers.py)
-                for _ in range(50):
-                    fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
-                    if not fresh:
-                        break
-                    for stat in fresh:
-                        if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
-                            stopped[(stat.pid, stat.start_ticks)] = stat
-        finally:
-            if held and hold is not None:
-                hold(False)
-        self._paused = True
-        _await_stopped(list(stopped.values()), timeout=0.5)
-        return len(stopped)
+        with self._lock:
+            cgroup = self.freezer
+            if cgroup is not None:
+                problem = cgroup.freeze()
+                if problem is None:
+                    self._paused, self._frozen = True, cgroup
+                    inside = cgroup.members()
+                    return len(inside) + self._stop_strays(inside, [*self._strays, *self._children()])
+                self._lose_freezer(cgroup, problem)
+            count = self._pause_by_signals()
+            self._paused = True
+            return count
 
     def resume(self) -> int:
-        """SIGCONT every member, children before parents (the reverse of pause); return the count."""
+        """Thaw what the pause held (the cgroup, and the strays it stopped; without a cgroup, SIGCONT every
+        member, children before parents); return the count."""
+        with self._lock:
+            frozen, self._frozen = self._frozen, None
+            stopped, self._stopped = self._stopped, {}
+            self._paused = False
+            if frozen is None:
+                return self._resume_by_signals()
+            count = len(frozen.members())
+            self._thaw(frozen)
+            with self._helpers.lock:
+                for stat in stopped.values():
+                    signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT)
+            return count + len(stopped)
+
+    def _pause_by_signals(self) -> int:
+        stopped: dict[tuple[int, int], ProcStat] = {}
+        with self._helpers.lock:  # no helper may start between a scan and its SIGSTOPs (helpers.py)
+            for _ in range(50):
+                fresh = [s for s in self._scan_stats() if (s.pid, s.start_ticks) not in stopped]
+                if not fresh:
+                    break
+                for stat in fresh:
+                    if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
+                        stopped[(stat.pid, stat.start_ticks)] = stat
+        _await_held(list(stopped.values()), timeout=HELD_WAIT)
+        return len(stopped)
+
+    def _resume_by_signals(self) -> int:
         count = 0
         with self._helpers.lock:
             for stat in reversed(self._scan_stats()):
                 if signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT):
                     count += 1
-        self._paused = False
         return count
+
+    def _stop_strays(self, inside: frozenset[int], candidates: Iterable[ProcStat | None], wait: bool = True) -> int:
+        """SIGSTOP the members among `candidates` outside the frozen cgroup (`inside`), and their descendants;
+        the number this pause holds by signal (`wait`: once they report it). The caller holds `_lock`."""
+        queue = [s for s in candidates if s is not None]
+        with self._helpers.lock:
+            while queue:
+                stat = queue.pop()
+                key = (stat.pid, stat.start_ticks)
+                if stat.pid in inside or key in self._stopped or self._exclude(stat.pid) or not stat.alive:
+                    continue
+                if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
+                    self._stopped[key] = stat
+                    queue.extend(read_stat(kid) for kid in children_of(stat.pid) or ())
+        if wait:
+            _await_held(list(self._stopped.values()), timeout=HELD_WAIT)
+        return len(self._stopped)
+
+    def _children(self) -> list[ProcStat | None]:
+        """Our own children: a loop that never entered the cgroup, the orphans it left (we are their reaper)."""
+        return [read_stat(pid) for pid in children_of(self._root) or ()]
+
+    def _look(self, cgroup: LoopCgroup, stats: list[ProcStat]) -> None:
+        """The tick's look at the cgroup: its figures (`cgroup.latest`), the members outside it (who is inside
+        read at most every MEMBERS_EVERY seconds, at each look while frozen), and, while it is frozen, a pause
+        of any of those not held yet (one that left it since the pause)."""
+        now = time.monotonic()
+        read_at, inside = self._inside
+        fresh = self._frozen is cgroup or now - read_at >= MEMBERS_EVERY
+        if fresh:
+            inside = cgroup.members()
+            self._inside = (now, inside)
+        if cgroup.look(inside if fresh else None) is None:
+            if cgroup.lost is not None:
+                self._lose_freezer(cgroup, cgroup.lost)
+            return
+        self._strays = strays = tuple(s for s in stats if s.pid not in inside)
+        if strays and self._frozen is cgroup and self._lock.acquire(blocking=False):
+            try:
+                if self._frozen is cgroup:  # no resume came in between
+                    self._stop_strays(inside, strays, wait=False)  # the tick waits for nothing
+            finally:
+                self._lock.release()
+
+    def _thaw(self, cgroup: LoopCgroup) -> None:
+        problem = cgroup.thaw()
+        if problem is not None:
+            self._lose_freezer(cgroup, problem)
+
+    def _lose_freezer(self, cgroup: LoopCgroup, problem: str) -> None:
+        """The cgroup cannot be used any more (gone, read-only): said once, and the signals do the work."""
+        if self.freezer is cgroup:
+            self.freezer = None
+            log.warning("cgroup_lost", path=str(cgroup.path), error=problem,
+                        fallback="the tree is paused and stopped by signals from now on")
 
     # --- inside --------------------------------------------------------------------------------
 
@@ -299,7 +419,7 @@ class ProcessTree:
         for stat in stats:
             if signal_if_same(stat.pid, stat.start_ticks, signal.SIGTERM):
                 signalled.add((stat.pid, stat.start_ticks))
-                if wake or stat.state in _STOPPED_STATES:
+                if wake or stat.state in STOPPED_STATES:
                     # A stopped process keeps TERM pending until it runs again.
                     signal_if_same(stat.pid, stat.start_ticks, signal.SIGCONT)
 
@@ -376,15 +496,15 @@ def _pipes_of(pid: int) -> tuple[set[str], str | None]:
     return out, stdin
 
 
-def _await_stopped(stats: list[ProcStat], timeout: float) -> None:
-    """Wait until every process reports state T (or is gone), at most `timeout` seconds."""
+def _await_held(stats: list[ProcStat], timeout: float) -> None:
+    """Wait until every process is held (process/frozen.py) or gone, at most `timeout` seconds."""
     deadline = time.monotonic() + timeout
     pending = stats
     while pending:
         still: list[ProcStat] = []
         for stat in pending:
             now = read_stat(stat.pid)
-            if now is not None and now.start_ticks == stat.start_ticks and now.alive and now.state not in _STOPPED_STATES:
+            if now is not None and now.start_ticks == stat.start_ticks and now.alive and not held(now.pid, now.state):
                 still.append(stat)
         pending = still
         if not pending or time.monotonic() >= deadline:

@@ -83,11 +83,12 @@ class Commands:
         members = self._tree.sample()
         child = self._child.info
         cgroup = self._cgroup
-        figures = cgroup.figures() if cgroup is not None else None
+        figures = cgroup.latest if cgroup is not None else None  # read by the sample just now
         now = time.time()
         data = status_json.reply(
             self._breaker, limit_until=self._episode.until, supervisor_pid=os.getpid(),
-            child=None if child is None else {"pid": child.pid, "running": True, "paused": self._actions.paused,
+            child=None if child is None else {"pid": child.pid, "running": True,
+                                              "paused": self._actions.paused and self._tree.held(members),
                                               "processes": len(members)},
             snapshots=self._keeper.status(), verify=self._verify.status() if self._verify is not None else None,
             waits=self._loop_waits.status(now, frozen_for=self._episode.frozen_for),

@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from ralph_supervisor.process.frozen import held
 from tests.conftest import processes_with_env
 
 from tests.helpers.supervise import supervise_argv
@@ -96,6 +97,20 @@ def states(procs: list[psutil.Process]) -> dict[int, str]:
             found[proc.pid] = proc.status()
         except psutil.Error:
             pass
+    return found
+
+
+def paused(procs: list[psutil.Process]) -> dict[int, bool]:
+    """pid -> held still, as the supervisor itself judges it (`process/frozen.py`: stopped by a signal, state T,
+    or in a frozen cgroup, where the state is S), for the processes that still exist. "Running" is False here."""
+    found = {}
+    for proc in procs:
+        try:
+            state = proc.status()
+        except psutil.Error:
+            continue
+        if state != psutil.STATUS_ZOMBIE:
+            found[proc.pid] = held(proc.pid)
     return found
 
 

@@ -26,10 +26,13 @@ FAST = ("--no-echo", "--log-format", "json", "--grace", "1", "--notify-desktop",
 
 
 class Run:
-    """One supervisor process on a workspace. `marks`: a folder the tree may report into (`$MARKS`)."""
+    """One supervisor process on a workspace. `marks`: a folder the tree may report into (`$MARKS`); `options`:
+    flags every start of it gets (`--cgroup off`, say)."""
 
-    def __init__(self, workspace: Path, state_dir: Path | None = None, *, marks: Path | None = None) -> None:
+    def __init__(self, workspace: Path, state_dir: Path | None = None, *, marks: Path | None = None,
+                 options: tuple[str, ...] = ()) -> None:
         self.workspace = workspace
+        self.options = options
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir or state_dir_of(workspace)
         self.marks = marks
@@ -46,7 +49,7 @@ class Run:
         self._stderr_files.append(path)
         extra = {"MARKS": str(self.marks)} if self.marks is not None else {}
         with open(path, "wb") as err:
-            self.proc = start(self.workspace, *FAST, *args, env={MARK_VAR: self.mark, **extra, **(env or {})},
+            self.proc = start(self.workspace, *FAST, *self.options, *args, env={MARK_VAR: self.mark, **extra, **(env or {})},
                               stdout=subprocess.DEVNULL, stderr=err)
         return self.proc
 

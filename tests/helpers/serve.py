@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ralph_supervisor.process.frozen import held
+from ralph_supervisor.process.linux import read_stat
 from tests.helpers import REPO, wait_for
 
 ADDRESS_RE = re.compile(r"open (http://127\.0\.0\.1:(\d+)/\?code=(\S+))")
@@ -159,18 +161,11 @@ def wait_loops(serve: Serve, cookie: str, count: int, what: str = "", timeout: f
 
 
 def frozen(pids: list[int]) -> bool:
-    """Every one of these processes is stopped (state T in /proc/PID/stat); gone ones do not count, nor does a
-    zombie (it runs nothing: a child that exited just before its parent was frozen, not yet reaped)."""
-    states = []
-    for pid in pids:
-        try:
-            raw = Path(f"/proc/{pid}/stat").read_bytes()
-        except OSError:
-            continue
-        state = raw[raw.rindex(b")") + 2:].split()[0]
-        if state not in (b"Z", b"X"):
-            states.append(state)
-    return bool(states) and all(s in (b"T", b"t") for s in states)
+    """Every one of these processes is held still, as the supervisor itself judges it (`process/frozen.py`:
+    stopped by a signal, or in a frozen cgroup); gone ones do not count, nor does a zombie (it runs nothing: a
+    child that exited just before its parent was frozen, not yet reaped)."""
+    found = [(pid, stat.state) for pid in pids if (stat := read_stat(pid)) is not None and stat.state not in ("Z", "X")]
+    return bool(found) and all(held(pid, state) for pid, state in found)
 
 
 def tree_pids(root_pid: int) -> list[int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from ralph_supervisor.process.cgroup import LoopCgroup
 from ralph_supervisor.process.linux import set_child_subreaper
 from tests.helpers import wait_for
 from ralph_supervisor.process.reaper import Reaper
@@ -118,3 +119,18 @@ def subreaper() -> Iterator[Reaper]:
         ProcessTree(os.getpid(), reaper, exclude=lambda pid: pid in before).kill_now()
         reaper.reap()
         set_child_subreaper(False)
+
+
+@pytest.fixture
+def loop_cgroup(tmp_path: Path) -> Iterator[LoopCgroup]:
+    """A cgroup made as the supervisor makes the loop's (as root here), killed and removed after the test;
+    the test is skipped, saying why, where none can be made."""
+    state = tmp_path / "cgroup-state"
+    state.mkdir()
+    cgroup, why = LoopCgroup.create(state)
+    if cgroup is None:
+        pytest.skip(f"no cgroup can be made here: {why}")
+    try:
+        yield cgroup
+    finally:
+        cgroup.remove(state)
