@@ -23,7 +23,7 @@ from typing import TextIO
 from ralph_supervisor import registry
 from ralph_supervisor.files import events_jsonl, history_jsonl, lock, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
-from ralph_supervisor.snapshots import human_size
+from ralph_supervisor.format import human_size
 from ralph_supervisor.store import folder_bytes
 from ralph_supervisor.state_folder import ORIGIN_FILE, read_origin, workspaces_home
 

@@ -79,7 +79,7 @@ from ralph_supervisor.state_guard import StateGuard
 from ralph_supervisor.store import atomic_write_text
 from ralph_supervisor.hooks import HookRunner
 from ralph_supervisor.iteration import IterationReport
-from ralph_supervisor.keeper import SnapshotKeeper
+from ralph_supervisor.snapshots.keeper import SnapshotKeeper
 from ralph_supervisor.limit_wait import LimitWait, Wait
 from ralph_supervisor.loop_waits import LoopWaits
 from ralph_supervisor.logging import colors_on, configure_logging, for_people
