@@ -80,20 +80,9 @@ class SnapshotKeeper:
         """Snapshots asked for and not yet done: an iteration that begins meanwhile begins from the next one."""
         self._prefixes: Callable[[], Sequence[str]] = lambda: ()
         self._warnings = Warnings()
-        self.store: SnapshotStore | None = None
-        self._shown = Shown()
-        self.judge = DestructionJudge(settings, None, shown=lambda: self._shown, warnings=self._warnings)
-        if settings.snapshot_budget <= 0:
-            self._shown = Shown(problem="--snapshot-budget is 0")
-            return
-        try:
-            self.store = SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file,
-                                       skip=settings.snapshot_skip)
-        except SnapshotError as exc:
-            self._shown = Shown(problem=str(exc))
-            return
-        self.judge.store = self.store
-        self._shown = Shown(state="on")
+        self.store, problem = _store_for(settings)
+        self._shown = Shown(state="on") if self.store is not None else Shown(problem=problem)
+        self.judge = DestructionJudge(settings, self.store, shown=lambda: self._shown, warnings=self._warnings)
 
     # -- what the keeper's thread last found (read from any thread) --------------------------------------
 
@@ -372,6 +361,17 @@ class SnapshotKeeper:
 
     def _warn(self, event: str, **fields: Any) -> None:
         self._warnings.once(event, **fields)
+
+
+def _store_for(settings: Settings) -> tuple[SnapshotStore | None, str | None]:
+    """The store to keep snapshots in, or None and why there is none (no budget, no git)."""
+    if settings.snapshot_budget <= 0:
+        return None, "--snapshot-budget is 0"
+    try:
+        return SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file,
+                             skip=settings.snapshot_skip), None
+    except SnapshotError as exc:
+        return None, str(exc)
 
 
 __all__ = ["FULL_EVERY", "SnapshotKeeper"]
