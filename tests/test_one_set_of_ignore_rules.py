@@ -78,8 +78,8 @@ def test_the_watcher_and_the_snapshots_ignore_the_same_paths(ws: Path, tmp_path:
 def test_a_user_ignore_rule_holds_for_the_watcher_and_the_keepers_snapshots(ws: Path, tmp_path: Path) -> None:
     """`--ignore vendor/` given once: the watcher reports no change under it, and the keeper's snapshots treat it
     as ignored (with `--snapshot-skip vendor`: listed as skipped, not stored), as they do `node_modules`."""
-    settings = load_settings(workspace=str(ws), flags={"ignore": ("vendor/",), "snapshot_skip": ("vendor", "node_modules")},
-                             env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]})
+    flags = {"ignore": ("vendor/",), "snapshot_skip": ("vendor", "node_modules")}
+    settings = load_settings(workspace=str(ws), flags=flags, env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]})
     watcher = Workspace(ws, state_dir=settings.state_dir, ignore=settings.ignore, poll_interval=0.05)
     keeper = SnapshotKeeper(settings)
     watcher.start()

@@ -2,9 +2,10 @@
 
 `snapshots` lists what the store keeps; `restore ITERATION` brings a snapshot's files back, all of them or
 the given paths (`select` names them, `write_files` writes them, byte for byte with their modes; the verify
-writes a snapshot out the same way). Into the workspace it first snapshots the workspace as it is now (so the restore can be
-undone) and refuses while a supervisor runs an unpaused tree there: an agent writing while files are put
-back would leave a mix of both. `--to DIR` writes into another folder and touches nothing else.
+writes a snapshot out the same way). Into the workspace it first snapshots the workspace as it is now (so
+the restore can be undone) and refuses while a supervisor runs an unpaused tree there: an agent writing
+while files are put back would leave a mix of both. `--to DIR` writes into another folder and touches
+nothing else.
 
 Every failure is one line on stderr and exit 1: no store, no such iteration, a path the snapshot does not
 hold, a supervisor that runs its tree or does not answer.
