@@ -254,7 +254,7 @@ def cmd_ls(argv: Sequence[str]) -> int:
 
 def cmd_snapshots(argv: Sequence[str]) -> int:
     args = _simple_parser("snapshots", [("--json", "machine-readable")]).parse_args(argv)
-    from ralph_supervisor import restore
+    from ralph_supervisor.snapshots import restore
 
     root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
     return restore.list_snapshots(root, _state_dir(args.workspace, args.state_dir), as_json=args.json)
@@ -270,8 +270,9 @@ def cmd_restore_commits(argv: Sequence[str]) -> int:
     parser.add_argument("--commit", metavar="COMMIT", default=None, help="a kept commit (4 or more hex digits)")
     parser.add_argument("--branch", metavar="NAME", default=None, help="the new branch to put it on")
     args = parser.parse_args(argv)
-    from ralph_supervisor import kept_commits
-    from ralph_supervisor.snapshots import SnapshotError, SnapshotStore
+    from ralph_supervisor.snapshots import kept_commits
+    from ralph_supervisor.snapshots.git import SnapshotError
+    from ralph_supervisor.snapshots.store import SnapshotStore
 
     root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
     state_dir = _state_dir(args.workspace, args.state_dir)
@@ -312,7 +313,7 @@ def cmd_restore(argv: Sequence[str]) -> int:
     text = str(args.iteration).strip()
     if not text.isdigit():
         raise SettingsError(f"restore: ITERATION must be a whole number >= 0, got {args.iteration!r}")
-    from ralph_supervisor import restore
+    from ralph_supervisor.snapshots import restore
 
     root = expand_path(args.workspace or ".", "-w/--workspace").resolve()
     state_dir = _state_dir(args.workspace, args.state_dir)

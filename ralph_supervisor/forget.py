@@ -24,7 +24,7 @@ from ralph_supervisor import registry
 from ralph_supervisor.files import events_jsonl, history_jsonl, lock, state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
 from ralph_supervisor.format import human_size
-from ralph_supervisor.snapshots import STORE_DIR
+from ralph_supervisor.snapshots.store import STORE_DIR
 from ralph_supervisor.store import folder_bytes
 from ralph_supervisor.state_folder import ORIGIN_FILE, read_origin, workspaces_home
 

@@ -26,7 +26,7 @@ from ralph_supervisor import files, rotating
 from ralph_supervisor.files import escalation_md, ledger_json, state_json
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
-from ralph_supervisor.snapshots import STORE_DIR
+from ralph_supervisor.snapshots.store import STORE_DIR
 from ralph_supervisor.state_folder import ORIGIN_FILE
 
 

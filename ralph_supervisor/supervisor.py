@@ -51,7 +51,6 @@ from ralph_supervisor.evidence.tap import OutputTap
 from ralph_supervisor.evidence.workspace import Workspace
 from ralph_supervisor.files import child_log
 from ralph_supervisor.hooks import HookRunner
-from ralph_supervisor.keeper import SnapshotKeeper
 from ralph_supervisor.loop_waits import LoopWaits
 from ralph_supervisor.notify import Notifier
 from ralph_supervisor.process.cgroup import VERIFY_RECORD, Limits, LoopCgroup
@@ -77,6 +76,7 @@ from ralph_supervisor.runtime.wait_episode import WaitEpisode
 from ralph_supervisor.sandbox import box_for
 from ralph_supervisor.sdnotify import SystemdNotifier, status_text
 from ralph_supervisor.settings import Settings
+from ralph_supervisor.snapshots.keeper import SnapshotKeeper
 from ralph_supervisor.tasks import Background
 from ralph_supervisor.terminal import Terminal
 from ralph_supervisor.tree_actions import TreeActions

@@ -42,10 +42,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 from bench_snapshots import Plain, du_bytes, pct  # noqa: E402
 
 import _benchkit as kit  # noqa: E402
-from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES  # noqa: E402
-from ralph_supervisor.keeper import FULL_EVERY  # noqa: E402
+from ralph_supervisor.evidence.ignore import IgnoreRules  # noqa: E402
+from ralph_supervisor.format import human_size  # noqa: E402
 from ralph_supervisor.settings import SNAPSHOT_SKIP_DEFAULT  # noqa: E402
-from ralph_supervisor.snapshots import SnapshotInfo, SnapshotStore, exclude_lines, human_size  # noqa: E402
+from ralph_supervisor.snapshots.info import SnapshotInfo  # noqa: E402
+from ralph_supervisor.snapshots.keeper import FULL_EVERY  # noqa: E402
+from ralph_supervisor.snapshots.store import SnapshotStore  # noqa: E402
 from ralph_supervisor.store import folder_bytes  # noqa: E402
 
 TARGET_MS = 200.0
@@ -54,7 +56,7 @@ MAX_FILE = 50_000_000
 PER_DIR = 10
 MODULES_FILES = 20_000
 MODULES_BYTES = 2_000_000_000
-RULES = exclude_lines(BUILTIN_IGNORED_NAMES, [], [], None)
+RULES = IgnoreRules().as_gitignore()
 GITIGNORE = "node_modules/\n.env\ndata/\n*.log\n"
 
 

@@ -31,11 +31,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 from bench_workspace import FILES_PER_DIR, PROJECT_SHARE, make_tree  # noqa: E402
 
 import _benchkit as kit  # noqa: E402
-from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES  # noqa: E402
-from ralph_supervisor.snapshots import SnapshotStore, exclude_lines, human_size  # noqa: E402
+from ralph_supervisor.evidence.ignore import IgnoreRules  # noqa: E402
+from ralph_supervisor.format import human_size  # noqa: E402
+from ralph_supervisor.snapshots.store import SnapshotStore  # noqa: E402
 
 STATE = ".ralph-supervise"
-RULES = exclude_lines(BUILTIN_IGNORED_NAMES, [STATE], [], None)
+RULES = IgnoreRules().with_prefix(STATE).as_gitignore()
 TARGET_MS = 200.0
 BUDGET = 2_000_000_000
 

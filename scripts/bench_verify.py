@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _benchkit as kit  # noqa: E402
 
-from ralph_supervisor.snapshots import SnapshotStore  # noqa: E402
+from ralph_supervisor.snapshots.store import SnapshotStore  # noqa: E402
 from ralph_supervisor.verify.judgement import VerifyJudge  # noqa: E402
 from ralph_supervisor.verify.results import FAILED, PASSED, TestResults  # noqa: E402
 from ralph_supervisor.verify.runner import Verifier, VerifyPlan, VerifyRun, changes  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ralph_supervisor.discarded import content_state
+from ralph_supervisor.snapshots.discarded import content_state
 from ralph_supervisor.evidence.destruction import (
     SHARE_MIN_FILES,
     destroyed_paths,

@@ -15,10 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from ralph_supervisor.evidence.workspace import ABSENT, Change, Workspace, WorkspaceDelta
-from ralph_supervisor.keeper import SnapshotKeeper
+from ralph_supervisor.snapshots.keeper import SnapshotKeeper
 from ralph_supervisor.metrics import Metrics
 from ralph_supervisor.settings import load_settings
-from ralph_supervisor.snapshots import SnapshotStore
+from ralph_supervisor.snapshots.restore import select, write_files
+from ralph_supervisor.snapshots.store import SnapshotStore
 from tests.helpers import held, state_dir_of
 
 
@@ -222,7 +223,7 @@ def test_what_the_call_leaves_discarded_or_deleted_trips_naming_the_snapshot(sup
     out = project.parent / "restored"
     held_before = store.find(1)
     assert held_before is not None
-    store.restore(held_before, out, store.select(held_before, ["src/t3.py", "src/u3.py"]))
+    write_files(store, held_before, out, select(store, held_before, ["src/t3.py", "src/u3.py"]))
     assert (out / "src" / "t3.py").read_text() == "committed 3\nthe agent's work on 3\n"
     assert (out / "src" / "u3.py").read_text() == "new work 3\n"
 

@@ -455,7 +455,7 @@ def test_report_html_is_written_at_an_open_while_paused_and_again_at_exit(tmp_pa
 
 
 def test_a_human_called_in_is_told_the_snapshot_to_restore_and_the_exact_command(tmp_path: Path) -> None:
-    from ralph_supervisor.snapshots import SnapshotStore
+    from ralph_supervisor.snapshots.store import SnapshotStore
 
     state_dir = fixture(tmp_path, "stuck")
     workspace = state_dir.parent

@@ -12,14 +12,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from ralph_supervisor import kept_commits
+from ralph_supervisor.snapshots import kept_commits
 from ralph_supervisor.evidence.workspace import _read_refs_with_git
 from ralph_supervisor.report.sources import read_git
 from ralph_supervisor.safe_git import DIFF_OPTIONS, HARDENING, command, filter_names, subcommand_at
-from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES
-from ralph_supervisor.snapshots import SnapshotStore, exclude_lines
+from ralph_supervisor.evidence.ignore import IgnoreRules
+from ralph_supervisor.snapshots.restore import select, write_files
+from ralph_supervisor.snapshots.store import SnapshotStore
 
-RULES = exclude_lines(BUILTIN_IGNORED_NAMES, [], [], None)
+RULES = IgnoreRules().as_gitignore()
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -85,7 +86,7 @@ def test_snapshots_kept_commits_and_the_refs_fallback_run_no_trap_of_the_workspa
     commit = kept_commits.kept(store)[0].commit
     assert kept_commits.bring_back(store, commit, "rescued") == commit  # a ref update in the user's repository
     out = tmp_path / "restored"
-    store.restore(info, out, store.select(info, []))
+    write_files(store, info, out, select(store, info, []))
     assert (out / "a.txt").read_text() == "two\n"
     refs = _read_refs_with_git(ws)
     assert refs.head == commit

@@ -13,19 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ralph_supervisor import restore as restore_cmd
-from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES
-from ralph_supervisor.snapshots import (
-    SnapshotError,
-    SnapshotInfo,
-    SnapshotStore,
-    classify_failure,
-    exclude_lines,
-    refused_path,
-    restore_command,
-)
+from ralph_supervisor.evidence.ignore import ignore_rules
+from ralph_supervisor.snapshots import restore as restore_cmd
+from ralph_supervisor.snapshots.git import SnapshotError, classify_failure, refused_path
+from ralph_supervisor.snapshots.info import SnapshotInfo, restore_command
+from ralph_supervisor.snapshots.restore import select, write_files
+from ralph_supervisor.snapshots.store import SnapshotStore
 
-RULES = exclude_lines(BUILTIN_IGNORED_NAMES, [".ralph-supervise"], ["*.tmp"], None)
+RULES = ignore_rules(extra=["*.tmp"], prefixes=[".ralph-supervise"]).as_gitignore()
 
 
 def files_of(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -47,7 +42,7 @@ def take(store: SnapshotStore, iteration: int, changed: list[str] | None = None,
 
 
 def restored(store: SnapshotStore, info: SnapshotInfo, dest: Path) -> dict[str, tuple[bytes, int]]:
-    store.restore(info, dest, store.select(info, []))
+    write_files(store, info, dest, select(store, info, []))
     return files_of(dest)
 
 
@@ -126,7 +121,7 @@ def test_what_the_watcher_ignores_is_not_stored(ws: Path) -> None:
     (ws / ".git" / "info" / "exclude").write_text("excluded-by-user.txt\n")
     user_exclude = (ws / ".git" / "info" / "exclude").read_text()
     store = SnapshotStore(ws, ws / ".ralph-supervise")
-    rules = exclude_lines(BUILTIN_IGNORED_NAMES, [".ralph-supervise"], ["*.tmp"], user_exclude)
+    rules = ignore_rules(exclude=user_exclude, extra=["*.tmp"], prefixes=[".ralph-supervise"]).as_gitignore()
     info = store.take(0, "start", None, now=time.time(), exclude=rules)
     assert sorted(store.files_in(info)) == [".gitignore", "keep.py"]
 
@@ -143,7 +138,7 @@ def test_ignored_files_are_stored_but_regenerable_trees_and_our_own_folders(ws: 
     (ws / "big.log").write_bytes(b"b" * 5000)
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / ".git" / "info" / "exclude").write_text("excluded-by-user.txt\n")
-    rules = exclude_lines(BUILTIN_IGNORED_NAMES, [".ralph-supervise"], ["*.tmp"], "excluded-by-user.txt\n")
+    rules = ignore_rules(exclude="excluded-by-user.txt\n", extra=["*.tmp"], prefixes=[".ralph-supervise"]).as_gitignore()
     store = SnapshotStore(ws, tmp_path / "state", skip=("node_modules", "__pycache__", "build"), max_file=1000)
     info = store.take(0, "start", None, now=time.time(), exclude=rules)
     assert sorted(store.files_in(info)) == [".env", ".gitignore", "app.log", "data/raw/a.csv", "excluded-by-user.txt",
@@ -158,7 +153,7 @@ def test_ignored_files_are_stored_but_regenerable_trees_and_our_own_folders(ws: 
     before = files_of(ws)
     subprocess.run(["git", "-C", str(ws), "clean", "-fdxq"], check=True)
     assert not (ws / ".env").exists()
-    store.restore(info, ws, store.select(info, []))
+    write_files(store, info, ws, select(store, info, []))
     after = files_of(ws)
     assert after[".env"] == before[".env"] and after["data/raw/a.csv"] == before["data/raw/a.csv"]
     assert {p for p in before if p not in after} == {
@@ -203,9 +198,9 @@ def test_a_file_over_the_limit_is_listed_not_stored(ws: Path, tmp_path: Path) ->
     second = take(store, 1, ["grows.bin"])
     assert second.not_stored == ("grows.bin", "huge.bin") and store.files_in(second) == ["small.txt"]
     with pytest.raises(SnapshotError, match="over --snapshot-max-file") as caught:
-        store.select(second, ["huge.bin"])
+        select(store, second, ["huge.bin"])
     assert caught.value.kind == "missing"
-    assert store.select(first, ["grows.bin"]) == ["grows.bin"]
+    assert select(store, first, ["grows.bin"]) == ["grows.bin"]
 
 
 def test_a_file_that_keeps_changing_while_read_is_listed_as_moved(ws: Path) -> None:
@@ -345,7 +340,7 @@ def test_git_failures_are_told_apart() -> None:
 
 def test_kept_commits_survive_a_reset_and_a_gc_and_come_back_on_a_new_branch_only(ws: Path, tmp_path: Path,
                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from ralph_supervisor import kept_commits
+    from ralph_supervisor.snapshots import kept_commits
 
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull}

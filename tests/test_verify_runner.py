@@ -15,8 +15,9 @@ import pytest
 
 from ralph_supervisor.breaker import Breaker, State, Thresholds
 from ralph_supervisor.settings import SettingsError, load_settings
-from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES
-from ralph_supervisor.snapshots import SnapshotStore, exclude_lines, find_git
+from ralph_supervisor.evidence.ignore import IgnoreRules
+from ralph_supervisor.snapshots.git import find_git
+from ralph_supervisor.snapshots.store import SnapshotStore
 from ralph_supervisor.verify import box
 from ralph_supervisor.verify.command import pick_command, pick_in
 from ralph_supervisor.verify.judgement import FALSE_COMPLETION, REGRESSION, TAMPERING, VerifyJudge, says_done
@@ -149,7 +150,7 @@ def test_the_snapshot_is_what_runs_not_the_workspace_and_borrowed_folders_are_li
     write_project(ws, 3)
     store = SnapshotStore(ws, state)
     store.open()
-    info = store.take(1, "iteration", None, now=time.time(), exclude=exclude_lines(BUILTIN_IGNORED_NAMES, [], [], None))
+    info = store.take(1, "iteration", None, now=time.time(), exclude=IgnoreRules().as_gitignore())
     assert "node_modules/dep.txt" not in store.files_in(info)  # as the keeper takes them: node_modules ignored
     write_project(ws, 0)  # the agent goes on: the workspace is now broken, the snapshot is not
     runs: list[VerifyRun] = []
@@ -215,7 +216,7 @@ def test_a_borrowed_virtual_environment_with_an_editable_install_runs_the_snapsh
     (site / "__editable__.calc.pth").write_text(str(ws / "src") + "\n")  # what an editable install leaves
     store = SnapshotStore(ws, state)
     store.open()
-    info = store.take(1, "iteration", None, now=time.time(), exclude=exclude_lines(BUILTIN_IGNORED_NAMES, [], [], None))
+    info = store.take(1, "iteration", None, now=time.time(), exclude=IgnoreRules().as_gitignore())
     (ws / "src" / "calc" / "__init__.py").write_text("VERSION = 'workspace'\n")  # the agent moved on
     runs: list[VerifyRun] = []
     probe = "python -c 'import calc, sys; print(calc.VERSION, calc.__file__, sys.prefix)'"

@@ -1,10 +1,17 @@
-"""Which workspace paths are never progress: the pure rules behind the workspace watcher.
+"""Which workspace paths are never progress: the pure rules behind the workspace watcher and the snapshots.
 
 Progress is what the agent did to the project. The loop's bookkeeping (`.ralph/`), our own state
 folder, git's internals, dependency trees, virtual environments, tool caches and whatever the
 project itself gitignores are activity, not progress, so they are ignored here. The rules are a
 frozen value built from text (the `.gitignore` files' contents), so they are testable without a
 filesystem; `load_ignore_rules` is the small I/O edge that reads those files.
+
+This is the one place that says what is ignored: the snapshot store's git reads the same rules, written as
+gitignore lines (`IgnoreRules.as_gitignore`), so a rule added here holds for both.
+
+    rules = load_ignore_rules(root, state_dir=state_dir, extra=["*.tmp"])
+    rules.is_ignored("build/out.o", is_dir=False)   # the watcher
+    rules.as_gitignore()                             # the snapshot store's info/exclude
 """
 
 from __future__ import annotations
@@ -19,11 +26,17 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-BUILTIN_IGNORED_NAMES: frozenset[str] = frozenset(
+BOOKKEEPING_NAMES: frozenset[str] = frozenset(
     {
         ".git",  # git internals: commits are read from HEAD and refs directly, never from events
         ".ralph",  # the Ralph loop's own bookkeeping
         ".ralph-supervise",  # the state folder earlier versions kept here (a --state-dir inside: state_prefix)
+    }
+)
+"""Folders that are never the project's files: not progress, and never stored in a snapshot, ignored or not."""
+
+BUILTIN_IGNORED_NAMES: frozenset[str] = BOOKKEEPING_NAMES | frozenset(
+    {
         "node_modules",
         ".venv",
         "venv",
@@ -67,6 +80,13 @@ def _spec(lines: Iterable[str]) -> pathspec.PathSpec | None:
         return _gitignore(kept) if kept else None
 
 
+def _lines(spec: pathspec.PathSpec | None) -> list[str]:
+    """The patterns a spec was made of, as written (blank lines left out)."""
+    if spec is None:
+        return []
+    return [p.pattern for p in spec.patterns if isinstance(p.pattern, str) and p.pattern.strip()]
+
+
 @dataclass(frozen=True)
 class IgnoreRules:
     """Pure decision: is a workspace-relative POSIX path (file or directory) ignored?
@@ -100,6 +120,16 @@ class IgnoreRules:
         else:
             specs[directory] = spec
         return IgnoreRules(specs, self.extra, self.exclude, self.prefixes, self.names)
+
+    def as_gitignore(self) -> list[str]:
+        """These rules as gitignore lines, for a git that must skip what the watcher skips (the snapshot store's
+        `info/exclude`). The `.gitignore` files are left out: git reads those itself in the work tree. Pure."""
+        lines = ["# written by ralph-supervise: what the workspace watcher ignores"]
+        lines += sorted(self.names)
+        lines += [f"/{p}/" for p in self.prefixes]
+        lines += _lines(self.exclude)
+        lines += _lines(self.extra)  # last: the user's --ignore patterns win, as in the watcher
+        return lines
 
     def is_ignored(self, rel: str, *, is_dir: bool) -> bool:
         """True when `rel` or any directory above it is ignored."""
@@ -161,16 +191,16 @@ def read_text(path: Path) -> str | None:
         return None
 
 
-def load_ignore_rules(root: Path, *, state_dir: Path | None, extra: Sequence[str] = ()) -> IgnoreRules:
-    """The rules for a workspace: the root's `.gitignore` and `.git/info/exclude`, the user's patterns
-    and the state folder. Nested `.gitignore` files are added by the directory walk as it finds them
-    (`IgnoreRules.with_gitignore`), so this never walks the tree itself.
+def ignore_rules(*, gitignore: str | None = None, exclude: str | None = None, extra: Sequence[str] = (),
+                 prefixes: Sequence[str] = ()) -> IgnoreRules:
+    """The rules from their texts: the root's `.gitignore`, `.git/info/exclude`, the user's `--ignore` patterns,
+    and folders ignored with everything below them. Pure (a bad pattern is logged and left out).
+
+    >>> ignore_rules(extra=["*.tmp"], prefixes=["state"]).as_gitignore()[-2:]
+    ['/state/', '*.tmp']
     """
-    exclude_text = read_text(root / ".git" / "info" / "exclude")
-    exclude = _spec(exclude_text.splitlines()) if exclude_text is not None else None
-    top = read_text(root / ".gitignore")
     specs: dict[str, pathspec.PathSpec] = {}
-    spec = _spec(top.splitlines()) if top is not None else None
+    spec = _spec(gitignore.splitlines()) if gitignore is not None else None
     if spec is not None:
         specs[""] = spec
     extra_spec: pathspec.PathSpec | None = None
@@ -178,9 +208,17 @@ def load_ignore_rules(root: Path, *, state_dir: Path | None, extra: Sequence[str
         extra_spec = _spec(extra)
     except Exception as exc:  # a bad user pattern must not crash the supervisor
         log.warning("ignore_pattern_invalid", patterns=list(extra), error=str(exc))
-    rules = IgnoreRules(specs, extra_spec, exclude)
-    if state_dir is not None:
-        rel = relative_inside(root, state_dir)
-        if rel:
-            rules = rules.with_prefix(rel)
+    rules = IgnoreRules(specs, extra_spec, _spec(exclude.splitlines()) if exclude is not None else None)
+    for prefix in prefixes:
+        rules = rules.with_prefix(prefix)
     return rules
+
+
+def load_ignore_rules(root: Path, *, state_dir: Path | None, extra: Sequence[str] = ()) -> IgnoreRules:
+    """The rules for a workspace: the root's `.gitignore` and `.git/info/exclude`, the user's patterns
+    and the state folder. Nested `.gitignore` files are added by the directory walk as it finds them
+    (`IgnoreRules.with_gitignore`), so this never walks the tree itself.
+    """
+    inside = relative_inside(root, state_dir) if state_dir is not None else None
+    return ignore_rules(gitignore=read_text(root / ".gitignore"), exclude=read_text(root / ".git" / "info" / "exclude"),
+                        extra=extra, prefixes=[inside] if inside else [])

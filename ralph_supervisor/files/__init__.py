@@ -17,7 +17,7 @@ appended and rotated) and locks it where several processes share it:
 | `child.log` | `files/child_log.py` |
 | `control.sock` | `control.py` |
 | `tree.json` | `process/orphans.py` |
-| `snapshots/` (a private git store), `snapshots.store.lock` | `snapshots.py` |
+| `snapshots/` (a private git store), `snapshots.store.lock` | `snapshots/store.py` |
 
     >>> from pathlib import Path
     >>> prepare(Path("/tmp/ralph-example/.ralph-supervise"))  # the folder, with a .gitignore of `*`

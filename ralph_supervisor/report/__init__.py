@@ -13,7 +13,6 @@ process: `render_apart`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import re
@@ -36,6 +35,7 @@ from ralph_supervisor import store
 from ralph_supervisor.files import report_html
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.records import Warnings
+from ralph_supervisor.serial import Job, SerialWorker
 from ralph_supervisor.report.account import Account, build_account
 from ralph_supervisor.report.html import render_html
 from ralph_supervisor.report.markdown import render_markdown
@@ -146,27 +146,24 @@ class ReportWriter:
     """Rewrites `report.html` in a helper process (`render_apart`), so a render never delays the supervisor.
 
     `request()` returns at once; requests that arrive while a render runs are folded into one more render
-    after it (the newest state is what counts). A failed render is logged once per kind of error, never
-    raised. The helper and its git processes are helpers (`process/helpers.py`): never part of the loop's tree.
+    after it (the newest state is what counts): a serial worker of its own (`ralph-report`), so a render never
+    waits behind a snapshot. A failed render is logged once per kind of error, never raised. The helper and its
+    git processes are helpers (`process/helpers.py`): never part of the loop's tree.
+
+    Threads: the event loop requests and closes; the worker renders. The helper process and whether the writer
+    is closing are behind `_lock`.
     """
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ralph-report")
+        self._worker = SerialWorker("ralph-report", merge={"render"}, on_error=self._failed)
         self._lock = threading.Lock()
-        self._pending: concurrent.futures.Future[None] | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._warnings = Warnings()
         self._closing = False
-        self.written = 0
 
     def request(self) -> None:
-        with self._lock:
-            if self._closing:
-                return
-            if self._pending is not None and not self._pending.running() and not self._pending.done():
-                return  # a render is queued and will see the newest state
-            self._pending = self._pool.submit(self._render)
+        self._worker.submit(Job("render", self._render))  # a render still waiting will see the newest state
 
     def _started(self, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
@@ -180,25 +177,22 @@ class ReportWriter:
         with self._lock:
             self._process = None
             closing = self._closing
-        if problem is None:
-            self.written += 1
-        elif not closing:
+        if problem is not None and not closing:
             self._warnings.once(f"report_unwritable:{problem.split(':')[0]}", event_name=events.REPORT_UNWRITABLE,
                                 error=problem)
+
+    def _failed(self, job: Job, exc: BaseException) -> None:
+        self._warnings.once(f"report_unwritable:{type(exc).__name__}", event_name=events.REPORT_UNWRITABLE,
+                            error=repr(exc)[:300])
 
     def close(self, timeout: float = 10.0) -> None:
         """End a render in progress (the one at exit follows); none starts after this."""
         with self._lock:
             self._closing = True
-            pending, proc = self._pending, self._process
-        self._pool.shutdown(wait=False, cancel_futures=True)
+            proc = self._process
         if proc is not None and proc.poll() is None:
             proc.kill()
-        if pending is not None:
-            try:
-                pending.result(timeout=timeout)
-            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError, Exception):  # noqa: BLE001
-                pass
+        self._worker.close(timeout, drain=False)
 
 
 def main(state_dir: Path, *, html: Path | None = None, as_json: bool = False, since: str | None = None) -> int:

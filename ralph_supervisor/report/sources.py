@@ -126,9 +126,7 @@ def read_records(state_dir: Path) -> Records:
 
 
 def _snapshots(state_dir: Path) -> dict[str, Any] | None:
-    from ralph_supervisor.snapshots import (
-        read_summary,  # git runs only when a store exists
-    )
+    from ralph_supervisor.snapshots.store import read_summary  # git runs only when a store exists
 
     try:
         return read_summary(state_dir)

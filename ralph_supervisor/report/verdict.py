@@ -200,7 +200,7 @@ def what_next(verdict: Verdict, state: Recorded | None, rows: Sequence[Iteration
 
 def restore_steps(summary: Mapping[str, Any] | None, workspace: str, *, called_a_human: bool) -> list[str]:
     """The snapshot a human may restore, with the exact command (when the store holds one)."""
-    from ralph_supervisor.snapshots import restore_command
+    from ralph_supervisor.snapshots.info import restore_command
 
     latest = (summary or {}).get("latest")
     if not isinstance(latest, Mapping) or not called_a_human:

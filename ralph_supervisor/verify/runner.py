@@ -48,7 +48,10 @@ from ralph_supervisor import store as state_files
 from ralph_supervisor.files import verify_jsonl
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.sandbox import VerifyBox
-from ralph_supervisor.snapshots import SnapshotError, SnapshotInfo, SnapshotStore
+from ralph_supervisor.snapshots.git import SnapshotError
+from ralph_supervisor.snapshots.info import SnapshotInfo
+from ralph_supervisor.snapshots.restore import write_files
+from ralph_supervisor.snapshots.store import SnapshotStore
 from ralph_supervisor.verify.results import ERROR, FAILED, PASSED, TestResults, read_results
 from ralph_supervisor.verify.tampering import Finding, find_weakening, watched
 
@@ -425,7 +428,7 @@ class Verifier:
     def _export(self, info: SnapshotInfo, tree: Path) -> None:
         shutil.rmtree(tree, ignore_errors=True)
         tree.parent.mkdir(parents=True, exist_ok=True)
-        self.store.restore(info, tree, self.store.select(info, []))
+        write_files(self.store, info, tree, self.store.files_in(info))
         for name in BORROWED:
             source = self.plan.workspace / name
             if source.is_dir() and not (tree / name).exists():

@@ -22,7 +22,8 @@ import structlog
 
 from ralph_supervisor import events
 from ralph_supervisor.files import verify_jsonl
-from ralph_supervisor.snapshots import SnapshotInfo, SnapshotStore, restore_command
+from ralph_supervisor.snapshots.info import SnapshotInfo, restore_command
+from ralph_supervisor.snapshots.store import SnapshotStore
 from ralph_supervisor.verify.judgement import FALSE_COMPLETION, Judged, VerifyJudge, says_done
 from ralph_supervisor.verify.runner import Verifier, VerifyPlan, VerifyRun
 

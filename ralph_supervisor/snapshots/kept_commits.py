@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ralph_supervisor.snapshots import SnapshotError, SnapshotStore, _Git
+from ralph_supervisor.snapshots.git import Git, SnapshotError, user_git_dir
+from ralph_supervisor.snapshots.store import SnapshotStore
 from ralph_supervisor.store import folder_bytes
 
 KEPT = "refs/kept/"
@@ -33,23 +34,8 @@ _TOO_LARGE: dict[str, int] = {}
 BRANCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
 
 
-def user_git_dir(workspace: Path) -> Path | None:
-    """The workspace's own repository: `.git` as a folder, or the one a `.git` file names (a worktree)."""
-    dot = workspace / ".git"
-    if dot.is_dir():
-        return dot
-    try:
-        text = dot.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    if text.startswith("gitdir:"):
-        target = Path(text[len("gitdir:"):].strip())
-        return target if target.is_absolute() else (workspace / target).resolve()
-    return None
-
-
-def _user_git(store: SnapshotStore, git_dir: Path) -> _Git:
-    return _Git(store._git.git, git_dir, store.workspace)
+def _user_git(store: SnapshotStore, git_dir: Path) -> Git:
+    return Git(store.git.git, git_dir, store.workspace)
 
 
 def tips(store: SnapshotStore) -> dict[str, str]:
@@ -88,8 +74,8 @@ def keep(store: SnapshotStore) -> int:
             raise SnapshotError("failed", f"the repository's history takes {size // 1_000_000} MB, more than "
                                           f"{REPOSITORY_MAX // 1_000_000} MB: its commits are not kept")
     specs = [f"+{ref}:{FETCHING}{i}" for i, ref in enumerate(sorted(set(new.values())))]
-    store._git.run("fetch", "--no-tags", "--quiet", "--no-write-fetch-head", "--no-auto-gc", str(git_dir), *specs)
-    fetched = store._git.run("for-each-ref", "--format=%(objectname) %(refname)", FETCHING).decode().split("\n")
+    store.git.run("fetch", "--no-tags", "--quiet", "--no-write-fetch-head", "--no-auto-gc", str(git_dir), *specs)
+    fetched = store.git.run("for-each-ref", "--format=%(objectname) %(refname)", FETCHING).decode().split("\n")
     lines = []
     for line in fetched:
         if " " not in line:
@@ -98,7 +84,7 @@ def keep(store: SnapshotStore) -> int:
         lines.append(f"create {KEPT}{sha} {sha}\n" if sha not in have else "")
         lines.append(f"delete {ref}\n")
         have.add(sha)
-    store._git.run("update-ref", "--stdin", input="".join(lines).encode())
+    store.git.run("update-ref", "--stdin", input="".join(lines).encode())
     return len(new)
 
 
@@ -129,7 +115,7 @@ class Kept:
 def _kept_refs(store: SnapshotStore) -> list[str]:
     if not store.exists():
         return []
-    out = store._git.run("for-each-ref", "--format=%(objectname)", KEPT).decode()
+    out = store.git.run("for-each-ref", "--format=%(objectname)", KEPT).decode()
     return [line for line in out.split() if line]
 
 
@@ -138,7 +124,7 @@ def kept(store: SnapshotStore) -> list[Kept]:
     shas = _kept_refs(store)
     if not shas:
         return []
-    out = store._git.run("log", "--no-walk=sorted", "--format=%H%x00%cI%x00%s", *shas).decode("utf-8", "replace")
+    out = store.git.run("log", "--no-walk=sorted", "--format=%H%x00%cI%x00%s", *shas).decode("utf-8", "replace")
     git_dir = user_git_dir(store.workspace)
     user = _user_git(store, git_dir) if git_dir is not None else None
     found = []
@@ -148,7 +134,7 @@ def kept(store: SnapshotStore) -> list[Kept]:
     return found
 
 
-def _has(user: _Git | None, sha: str) -> bool:
+def _has(user: Git | None, sha: str) -> bool:
     if user is None:
         return False
     try:
@@ -179,7 +165,7 @@ def bring_back(store: SnapshotStore, commit: str, branch: str) -> str:
     return matches[0]
 
 
-def _ref_exists(user: _Git, branch: str) -> bool:
+def _ref_exists(user: Git, branch: str) -> bool:
     try:
         user.run("show-ref", "--verify", "-q", f"refs/heads/{branch}")
     except SnapshotError:
@@ -187,4 +173,4 @@ def _ref_exists(user: _Git, branch: str) -> bool:
     return True
 
 
-__all__ = ["Kept", "bring_back", "keep", "kept", "tips", "user_git_dir"]
+__all__ = ["Kept", "bring_back", "keep", "kept", "tips"]

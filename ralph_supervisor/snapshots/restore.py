@@ -1,26 +1,82 @@
 """`ralph-supervise snapshots` and `ralph-supervise restore`: the user's side of the snapshot store.
 
 `snapshots` lists what the store keeps; `restore ITERATION` brings a snapshot's files back, all of them or
-the given paths. Into the workspace it first snapshots the workspace as it is now (so the restore can be
-undone) and refuses while a supervisor runs an unpaused tree there: an agent writing while files are put
-back would leave a mix of both. `--to DIR` writes into another folder and touches nothing else.
+the given paths (`select` names them, `write_files` writes them, byte for byte with their modes; the verify
+writes a snapshot out the same way). Into the workspace it first snapshots the workspace as it is now (so
+the restore can be undone) and refuses while a supervisor runs an unpaused tree there: an agent writing
+while files are put back would leave a mix of both. `--to DIR` writes into another folder and touches
+nothing else.
 
 Every failure is one line on stderr and exit 1: no store, no such iteration, a path the snapshot does not
 hold, a supervisor that runs its tree or does not answer.
+
+    files = select(store, info, ["src"])          # the snapshot's files under src/
+    write_files(store, info, Path("/tmp/it3"), files)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from ralph_supervisor.files import state_json
 from ralph_supervisor.files.lock import running_supervisor_pid
-from ralph_supervisor.snapshots import SnapshotError, SnapshotInfo, SnapshotStore, human_size, restore_command
+from ralph_supervisor.format import human_size
+from ralph_supervisor.snapshots.git import SnapshotError, errno_kind, git_mode_bits
+from ralph_supervisor.snapshots.info import SnapshotInfo, restore_command
+from ralph_supervisor.snapshots.store import SnapshotStore
+
+
+def select(store: SnapshotStore, info: SnapshotInfo, paths: Sequence[str]) -> list[str]:
+    """The snapshot's files named by `paths` (files, or folders for everything under them; none: all).
+    A path it does not hold raises SnapshotError("missing") naming it."""
+    files = store.files_in(info)
+    if not paths:
+        return files
+    chosen: list[str] = []
+    seen: set[str] = set()
+    for raw in paths:
+        wanted = raw.strip("/")
+        hits = [f for f in files if f == wanted or f.startswith(wanted + "/")] if wanted else files
+        if not hits:
+            why = " (it was over --snapshot-max-file: listed, not stored)" if wanted in info.not_stored else ""
+            raise SnapshotError("missing", f"{raw} is not in the snapshot of iteration {info.iteration}{why}")
+        for hit in hits:
+            if hit not in seen:
+                seen.add(hit)
+                chosen.append(hit)
+    return chosen
+
+
+def write_files(store: SnapshotStore, info: SnapshotInfo, dest: Path, files: Sequence[str]) -> int:
+    """Write `files` of the snapshot into `dest` (created when missing), byte for byte, with their
+    modes. Returns how many were written."""
+    dest = Path(dest)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SnapshotError(errno_kind(exc), f"cannot create {dest}: {exc.strerror or exc}") from None
+    with store.locked(), tempfile.TemporaryDirectory(prefix=".restore-", dir=store.path) as tmp:
+        index = Path(tmp) / "index"
+        whole = ("-c", "core.splitIndex=false")  # a throwaway index: no shared part left in the store
+        store.git.run(*whole, "read-tree", info.commit, index=index)
+        data = b"".join(os.fsencode(f) + b"\0" for f in files)
+        store.git.run(*whole, "checkout-index", "-f", "-z", "--stdin", f"--prefix={dest}/", input=data, index=index)
+    for path in files:
+        target = dest / path
+        try:
+            st = os.lstat(target)
+            if stat.S_ISREG(st.st_mode):
+                os.chmod(target, info.modes.get(path, git_mode_bits(st)))
+        except OSError:
+            continue
+    return len(files)
 
 
 def list_snapshots(workspace: Path, state_dir: Path, *, as_json: bool, out: TextIO = sys.stdout,
@@ -89,7 +145,7 @@ def restore(workspace: Path, state_dir: Path, iteration: int, paths: Sequence[st
             have = f"there are snapshots of iterations {_ranges(kept)}" if kept else "there are none"
             return fail(f"no snapshot of iteration {iteration} ({have}; see `ralph-supervise snapshots -w {workspace}`)")
         relative = [_relative(workspace, p) for p in paths]
-        files = store.select(info, relative)
+        files = select(store, info, relative)
     except (SnapshotError, ValueError) as exc:
         return fail(str(exc))
     before: SnapshotInfo | None = None
@@ -106,7 +162,7 @@ def restore(workspace: Path, state_dir: Path, iteration: int, paths: Sequence[st
     else:
         dest = Path(os.path.abspath(os.path.expanduser(to)))
     try:
-        written = store.restore(info, dest, files)
+        written = write_files(store, info, dest, files)
     except SnapshotError as exc:
         return fail(str(exc))
     what = "files" if written != 1 else "file"
@@ -170,4 +226,4 @@ def _ranges(numbers: Sequence[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
-__all__ = ["list_snapshots", "render_table", "restore"]
+__all__ = ["list_snapshots", "render_table", "restore", "select", "write_files"]

@@ -21,8 +21,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
-from ralph_supervisor.kept_commits import user_git_dir
-from ralph_supervisor.snapshots import SnapshotError, _Git, find_git
+from ralph_supervisor.snapshots.git import Git, SnapshotError, find_git, user_git_dir
 
 PATHS_MAX = 20_000
 """Replaced files looked up per iteration (an agent that rewrites more is judged on these)."""
@@ -55,7 +54,7 @@ def committed_states(workspace: Path, head_before: str, head_after: str,
     if git_path is None or found is None or not head_before or not paths:
         return []
     top, git_dir, prefix = found
-    git = _Git(git_path, git_dir, top)
+    git = Git(git_path, git_dir, top)
     commits = [head_before]
     try:
         if head_after and head_after != head_before:
@@ -75,7 +74,7 @@ def committed_states(workspace: Path, head_before: str, head_after: str,
     return out
 
 
-def _blobs(git: _Git, commit: str, prefix: str, paths: list[str]) -> dict[str, bytes]:
+def _blobs(git: Git, commit: str, prefix: str, paths: list[str]) -> dict[str, bytes]:
     """`git cat-file --batch` of `commit:prefix+path` for each path: the states of those that are blobs."""
     data = b"".join(f"{commit}:{prefix}{path}\n".encode("utf-8", "surrogateescape") for path in paths)
     raw = git.run("cat-file", "--batch", input=data)
