@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -178,10 +179,38 @@ def missed(calls: int, sampled: bool) -> tuple[int, int]:
     return calls - len(done), sum(1 for e in done if e["files_changed"] != 1)
 
 
+def before(source: Path | None, measure: Callable[[], CpuRun]) -> CpuRun | None:
+    """`measure()` with the supervisor started from `source` (a checkout of the code before a change)."""
+    if source is None:
+        return None
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(source / "ralph_supervisor")], check=True,
+                   stdout=subprocess.DEVNULL)
+    saved = os.environ.get("RALPH_BENCH_SOURCE")
+    os.environ["RALPH_BENCH_SOURCE"] = str(source)
+    try:
+        return measure()
+    finally:
+        if saved is None:
+            del os.environ["RALPH_BENCH_SOURCE"]
+        else:
+            os.environ["RALPH_BENCH_SOURCE"] = saved
+
+
+def describe(source: Path) -> str:
+    """Which code `source` holds: its git commit, or what its `.commit` file says (an exported tree)."""
+    head = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    if head:
+        return head
+    marker = source / ".commit"
+    return marker.read_text().strip() if marker.is_file() else str(source)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--before", type=Path, help="a checkout of the code before a change: its CPU per call too")
     args = parser.parse_args()
     kit.become_subreaper()
     # Byte code compiled once, as an install has it: with PYTHONDONTWRITEBYTECODE set (as on some machines)
@@ -193,11 +222,16 @@ def main() -> None:
     try:
         shim_lat, sampled_lat = latency(n_latency, False), latency(n_latency, True)
         cost = shim_cost(n_cost)
-        cpu_shim, cpu_sampled = cpu_at_ten_calls_a_second(cpu_s, False), cpu_at_ten_calls_a_second(cpu_s, True)
+        cpu_shim = cpu_at_ten_calls_a_second(cpu_s, False)
+        before_shim = before(args.before, lambda: cpu_at_ten_calls_a_second(cpu_s, False))
+        cpu_sampled = cpu_at_ten_calls_a_second(cpu_s, True)
+        before_sampled = before(args.before, lambda: cpu_at_ten_calls_a_second(cpu_s, True))
         miss_shim, wrong_shim = missed(n_missed, False)
         miss_sampled, wrong_sampled = missed(n_missed, True)
     finally:
         kit.cleanup()
+
+    before_commit = describe(args.before) if args.before is not None else "n/a"
 
     def ms(value: float) -> str:
         return f"{value:.1f} ms"
@@ -223,6 +257,14 @@ def main() -> None:
         kit.Row("supervisor CPU per agent call (shims vs sampler)", f"{cpu_shim.per_call_ms:.1f} ms",
                 f"{cpu_sampled.per_call_ms:.1f} ms", f"{cpu_shim.per_call_ms / cpu_sampled.per_call_ms:.2f}"
                 if cpu_sampled.per_call_ms else "", "(for reference)"),
+        *([] if before_shim is None or before_sampled is None else [
+            kit.Row(f"CPU per agent call, shims: this code vs the code before ({before_commit})",
+                    f"{cpu_shim.per_call_ms:.1f} ms", f"{before_shim.per_call_ms:.1f} ms",
+                    f"{cpu_shim.per_call_ms / before_shim.per_call_ms:.2f}", "(for reference)"),
+            kit.Row(f"CPU per agent call, sampler: this code vs the code before ({before_commit})",
+                    f"{cpu_sampled.per_call_ms:.1f} ms", f"{before_sampled.per_call_ms:.1f} ms",
+                    f"{cpu_sampled.per_call_ms / before_sampled.per_call_ms:.2f}", "(for reference)"),
+        ]),
         kit.Row(f"calls missed out of {n_missed:,} back-to-back short calls (shims vs sampler)", str(miss_shim),
                 str(miss_sampled), "", "0"),
         kit.Row(f"calls of those {n_missed:,} whose files were not exactly their own", str(wrong_shim),
