@@ -2,8 +2,10 @@
 
 No structlog here: stdout carries the decision (scripts parse it), so nothing else may be printed there.
 A loop runs `check` before every iteration, so its start-up is most of its cost: it imports nothing of the
-supervisor (ralph_supervisor.entry sends `check` here before the command line module loads), and what only
-the daily budget needs is imported there.
+supervisor (ralph_supervisor.entry sends `check` here before the command line module loads), and of the
+standard library only what the decision needs. The flags are read by hand in the common forms (`--flag
+value`); argparse reads every other form, prints `--help` and words the errors. What only `--inject`, the
+daily budget or the hook need is imported there.
 
 Reads the ledger (file or stdin), the daily-spend state file and the clock; runs the `--on-exceed` hook;
 prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr naming the flag, file or field).
@@ -11,48 +13,56 @@ prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr na
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import math
 import os
-import re
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from ralph_supervisor.ledger import (
     MAX_SAFE_INTEGER,
     BreakerConfig,
-    Verdict,
-    DailyState,
     LedgerError,
-    PruneConfig,
-    apply_daily_budget,
-    build_injection,
+    Record,
+    Verdict,
     check_breaker,
     check_level,
     daily_cap_for,
-    daily_state_from_json,
     human_line,
     parse_ledger,
     pattern_table,
-    record_daily_spend,
     to_json,
     token_budget_for,
 )
 from ralph_supervisor.signature import js_trim
 
-if TYPE_CHECKING:
-    from pathlib import Path  # the daily state's paths; imported where they are made (not on every check)
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and argparse cost a check's start-up more than its decision
+    import argparse
+    from pathlib import Path
+    from typing import Any, NoReturn
+
+    from ralph_supervisor.ledger import Ledger
+    from ralph_supervisor.ledger_daily import DailyState
 
 PROG = "ralph-supervise check"
 EXIT_CONTINUE, EXIT_ERROR, EXIT_ESCALATE = 0, 1, 2
 
 # ── flag values, read the way JavaScript's Number() reads them ─────
 
-_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)", re.ASCII)
-_RADIX = re.compile(r"0([xXoObB])([0-9a-zA-Z]+)", re.ASCII)
+_number_patterns: tuple[Any, Any] | None = None
+
+
+def _patterns() -> tuple[Any, Any]:
+    """A decimal and a 0x/0o/0b number, compiled the first time a flag is not plain digits."""
+    global _number_patterns
+    if _number_patterns is None:
+        import re
+
+        _number_patterns = (
+            re.compile(r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)", re.ASCII),
+            re.compile(r"0([xXoObB])([0-9a-zA-Z]+)", re.ASCII),
+        )
+    return _number_patterns
 
 
 def js_number(raw: str) -> float:
@@ -60,13 +70,16 @@ def js_number(raw: str) -> float:
     s = js_trim(raw)
     if s == "":
         return 0.0
-    if _DECIMAL.fullmatch(s):
+    if s.isascii() and s.isdigit():
+        return float(s)
+    decimal, radix = _patterns()
+    if decimal.fullmatch(s):
         return float(s)
     if s in ("Infinity", "+Infinity"):
         return math.inf
     if s == "-Infinity":
         return -math.inf
-    m = _RADIX.fullmatch(s)
+    m = radix.fullmatch(s)
     if m:
         base = {"x": 16, "o": 8, "b": 2}[m.group(1).lower()]
         try:
@@ -101,87 +114,139 @@ def threshold(flag: str, raw: str) -> float:
 
 # ── arguments ──────────────────────────────────────────────────────
 
+FLAGS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
+    (("--ledger", "-f"), "FILE", "ledger JSON file (default: stdin when it is not a terminal)"),
+    (("--json",), None, "print the decision as JSON"),
+    (("--inject",), None, "print the Markdown context block for the next prompt"),
+    (("--check",), None, "accepted and ignored (loop-context's operation flag)"),
+    (("--list",), None, "list the pattern ids and their budgets"),
+    (("--max-iterations",), "N", "iteration cap (default 10)"),
+    (("--stagnation",), "N", "same-error repeat limit (default 3)"),
+    (("--no-progress",), "N", "consecutive-failure limit (default 5)"),
+    (("--token-budget",), "N", "total token cap (default none)"),
+    (("--similarity-threshold",), "F", "similarity in (0, 1] (default 0.85)"),
+    (("--window",), "N", "attempts kept by --inject (default 5)"),
+    (("--max-trace-lines",), "N", "error lines kept by --inject (default 8)"),
+    (("--budget-from-pattern",), "ID", "token cap from loop-cost's estimate for ID"),
+    (("--budget-level",), "L", "L1|L2|L3 for the pattern (default L1)"),
+    (("--daily-budget-from-pattern",), "ID", "daily cap from loop-cost's suggestion for ID"),
+    (("--daily-token-budget",), "N", "daily token cap (wins over the pattern's)"),
+    (("--daily-state-dir",), "DIR", "default .loop-context"),
+    (("--on-exceed",), "CMD", "on escalation, run CMD (shell) with the decision JSON on stdin"),
+)
+"""check's flags: names, the value's name (None for a switch) and the help text."""
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise LedgerError(message)
+DEFAULTS = {"budget_level": "L1", "daily_state_dir": ".loop-context"}
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's help layout, told its width: argparse builds a formatter for every flag it is given, and
-    without a width each asks `shutil` (whose import pulls in bz2 and lzma) for the terminal's size."""
+def _dest(names: tuple[str, ...]) -> str:
+    return names[0][2:].replace("-", "_")
 
-    def __init__(self, prog: str) -> None:
-        try:
-            columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (ValueError, OSError, AttributeError):
-            columns = 80
-        super().__init__(prog, width=max(columns, 40) - 2)
+
+_SWITCHES = {name: _dest(names) for names, value, _ in FLAGS if value is None for name in names}
+_VALUED = {name: _dest(names) for names, value, _ in FLAGS if value is not None for name in names}
+
+
+def read_flags(argv: list[str]) -> dict[str, Any] | None:
+    """check's flags in the forms a loop writes (`--flag value`, `-f FILE`, switches), read as argparse reads
+    them; None for anything else (`--help`, `--flag=value`, a value that starts with `-`, a word of no flag),
+    which argparse reads: `parse_flags`."""
+    values: dict[str, Any] = {_dest(names): (False if value is None else DEFAULTS.get(_dest(names)))
+                              for names, value, _ in FLAGS}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in _SWITCHES:
+            values[_SWITCHES[word]] = True
+            i += 1
+        elif word in _VALUED and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            values[_VALUED[word]] = argv[i + 1]
+            i += 2
+        else:
+            return None
+    return values
+
+
+def parse_flags(argv: list[str]) -> dict[str, Any]:
+    """check's flags by name (`max_iterations`, ...), as strings: the quick reading, or argparse's."""
+    quick = read_flags(argv)
+    return quick if quick is not None else vars(_parser().parse_args(argv))
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise LedgerError(message)
+
+    class Formatter(argparse.HelpFormatter):
+        """argparse's help layout, told its width: argparse builds a formatter for every flag it is given, and
+        without a width each asks `shutil` (whose import pulls in bz2 and lzma) for the terminal's size."""
+
+        def __init__(self, prog: str) -> None:
+            try:
+                columns = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size(sys.__stdout__.fileno()).columns
+            except (ValueError, OSError, AttributeError):
+                columns = 80
+            super().__init__(prog, width=max(columns, 40) - 2)
+
+    p = Parser(
         prog=PROG,
         description="Decide like loop-context 1.5.0 --check whether a ledger's loop may continue. "
         "Exit 0 continue, 2 escalate, 1 error.",
         allow_abbrev=False,
-        formatter_class=_Formatter,
+        formatter_class=Formatter,
     )
-    p.add_argument("--ledger", "-f", metavar="FILE", help="ledger JSON file (default: stdin when it is not a terminal)")
-    p.add_argument("--json", action="store_true", help="print the decision as JSON")
-    p.add_argument("--inject", action="store_true", help="print the Markdown context block for the next prompt")
-    p.add_argument("--check", action="store_true", help="accepted and ignored (loop-context's operation flag)")
-    p.add_argument("--list", action="store_true", help="list the pattern ids and their budgets")
-    p.add_argument("--max-iterations", metavar="N", help="iteration cap (default 10)")
-    p.add_argument("--stagnation", metavar="N", help="same-error repeat limit (default 3)")
-    p.add_argument("--no-progress", metavar="N", help="consecutive-failure limit (default 5)")
-    p.add_argument("--token-budget", metavar="N", help="total token cap (default none)")
-    p.add_argument("--similarity-threshold", metavar="F", help="similarity in (0, 1] (default 0.85)")
-    p.add_argument("--window", metavar="N", help="attempts kept by --inject (default 5)")
-    p.add_argument("--max-trace-lines", metavar="N", help="error lines kept by --inject (default 8)")
-    p.add_argument("--budget-from-pattern", metavar="ID", help="token cap from loop-cost's estimate for ID")
-    p.add_argument("--budget-level", metavar="L", default="L1", help="L1|L2|L3 for the pattern (default L1)")
-    p.add_argument("--daily-budget-from-pattern", metavar="ID", help="daily cap from loop-cost's suggestion for ID")
-    p.add_argument("--daily-token-budget", metavar="N", help="daily token cap (wins over the pattern's)")
-    p.add_argument("--daily-state-dir", metavar="DIR", default=".loop-context", help="default .loop-context")
-    p.add_argument("--on-exceed", metavar="CMD", help="on escalation, run CMD (shell) with the decision JSON on stdin")
+    for names, value, text in FLAGS:
+        if value is None:
+            p.add_argument(*names, action="store_true", help=text)
+        else:
+            p.add_argument(*names, metavar=value, default=DEFAULTS.get(_dest(names)), help=text)
     return p
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Record):
     ledger: str | None
     json: bool
     inject: bool
     list: bool
     breaker: BreakerConfig
-    prune: PruneConfig
+    window: int
+    max_trace_lines: int
     daily_key: str | None
     daily_pattern: str | None
     daily_cap: int | None
     daily_state_dir: str
     on_exceed: str | None
 
+    def __new__(cls, ledger: str | None = None, json: bool = False, inject: bool = False, list: bool = False,
+                breaker: BreakerConfig = BreakerConfig(), window: int = 5, max_trace_lines: int = 8,
+                daily_key: str | None = None, daily_pattern: str | None = None, daily_cap: int | None = None,
+                daily_state_dir: str = ".loop-context", on_exceed: str | None = None) -> Options:
+        return tuple.__new__(cls, (ledger, json, inject, list, breaker, window, max_trace_lines, daily_key,
+                                   daily_pattern, daily_cap, daily_state_dir, on_exceed))
+
 
 def parse_options(argv: list[str]) -> Options:
-    a = _parser().parse_args(argv)
+    a = parse_flags(argv)
     ints = {}
     for flag in ("max_iterations", "stagnation", "no_progress", "token_budget", "window", "max_trace_lines",
                  "daily_token_budget"):
-        raw = getattr(a, flag)
+        raw = a[flag]
         if raw is not None:
             ints[flag] = positive_int("--" + flag.replace("_", "-"), raw)
-    sim = threshold("--similarity-threshold", a.similarity_threshold) if a.similarity_threshold is not None else 0.85
-    if a.list:
-        return Options(None, False, False, True, BreakerConfig(), PruneConfig(), None, None, None, "", None)
-    check_level(a.budget_level)
+    sim = threshold("--similarity-threshold", a["similarity_threshold"]) if a["similarity_threshold"] is not None else 0.85
+    if a["list"]:
+        return Options(list=True, daily_state_dir="")
+    check_level(a["budget_level"])
     token_budget = ints.get("token_budget")
-    if a.budget_from_pattern is not None:
-        budget = token_budget_for(a.budget_from_pattern, a.budget_level)
+    if a["budget_from_pattern"] is not None:
+        budget = token_budget_for(a["budget_from_pattern"], a["budget_level"])
         token_budget = budget if token_budget is None else token_budget
     daily_cap = ints.get("daily_token_budget")
-    if a.daily_budget_from_pattern is not None:
-        cap = daily_cap_for(a.daily_budget_from_pattern)
+    if a["daily_budget_from_pattern"] is not None:
+        cap = daily_cap_for(a["daily_budget_from_pattern"])
         daily_cap = cap if daily_cap is None else daily_cap
     breaker = BreakerConfig(
         max_iterations=ints.get("max_iterations", 10),
@@ -190,35 +255,26 @@ def parse_options(argv: list[str]) -> Options:
         similarity_threshold=sim,
         token_budget=token_budget,
     )
-    prune = PruneConfig(max_trace_lines=ints.get("max_trace_lines", 8), window=ints.get("window", 5),
-                        similarity_threshold=sim)
-    pattern = a.daily_budget_from_pattern
+    pattern = a["daily_budget_from_pattern"]
     key = pattern if pattern is not None else ("default" if daily_cap is not None else None)
-    return Options(a.ledger, a.json, a.inject, False, breaker, prune, key, pattern, daily_cap,
-                   a.daily_state_dir, a.on_exceed)
+    return Options(a["ledger"], a["json"], a["inject"], False, breaker, ints.get("window", 5),
+                   ints.get("max_trace_lines", 8), key, pattern, daily_cap, a["daily_state_dir"], a["on_exceed"])
 
 
 # ── the edges: ledger text, state file, hook, output ───────────────
 
 
-def read_ledger_text(path: str | None) -> tuple[str, str]:
-    """The ledger's text and a name for it in messages."""
+def read_ledger(path: str | None) -> tuple[bytes, str]:
+    """The ledger's bytes and a name for it in messages."""
     if path is not None:
         try:
             with open(path, "rb") as ledger_file:
-                data = ledger_file.read()
+                return ledger_file.read(), path
         except OSError as exc:
             raise LedgerError(f"ledger {path}: cannot read: {exc.strerror or exc}") from None
-        source = path
-    else:
-        if sys.stdin is None or sys.stdin.isatty():
-            raise LedgerError("No ledger provided. Pass --ledger <file.json> or pipe JSON on stdin.")
-        data = sys.stdin.buffer.read()
-        source = "<stdin>"
-    try:
-        return data.decode("utf-8"), source
-    except UnicodeDecodeError as exc:
-        raise LedgerError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    if sys.stdin is None or sys.stdin.isatty():
+        raise LedgerError("No ledger provided. Pass --ledger <file.json> or pipe JSON on stdin.")
+    return sys.stdin.buffer.read(), "<stdin>"
 
 
 def _warn(message: str) -> None:
@@ -228,6 +284,10 @@ def _warn(message: str) -> None:
 
 def load_daily_state(path: Path) -> DailyState | None:
     """The state file, or None when there is none. A corrupt file is set aside (kept) and reported."""
+    import json
+
+    from ralph_supervisor.ledger_daily import daily_state_from_json
+
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -253,13 +313,16 @@ def write_atomically(path: Path, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def spend_today(state_dir: str, key: str, ledger: Any, today: str) -> int:
+def spend_today(state_dir: str, key: str, ledger: Ledger, today: str) -> int:
     """Count the ledger's not-yet-counted attempts into the day's total; returns the total.
 
     Read-modify-write happens under an exclusive lock on the state folder, so concurrent checks add up.
     """
     import fcntl
+    import json
     from pathlib import Path
+
+    from ralph_supervisor.ledger_daily import record_daily_spend
 
     folder = Path(state_dir)
     try:
@@ -311,18 +374,23 @@ def main(argv: list[str]) -> int:
         if opts.list:
             _out(pattern_table())
             return EXIT_CONTINUE
-        text, source = read_ledger_text(opts.ledger)
+        data, source = read_ledger(opts.ledger)
         gc.disable()  # a big ledger is 100,000s of acyclic objects: collecting while building them is wasted work
         try:
-            ledger = parse_ledger(text, source)
+            ledger = parse_ledger(data, source)
         finally:
             gc.enable()
         if opts.inject:
-            _out(build_injection(ledger, opts.breaker, opts.prune))
+            from ralph_supervisor.ledger_inject import PruneConfig, build_injection
+
+            prune = PruneConfig(opts.max_trace_lines, opts.window, opts.breaker.similarity_threshold)
+            _out(build_injection(ledger, opts.breaker, prune))
             return EXIT_CONTINUE
         decision = check_breaker(ledger, opts.breaker)
         if opts.daily_key is not None and opts.daily_cap is not None:
             from datetime import datetime, timezone
+
+            from ralph_supervisor.ledger_daily import apply_daily_budget
 
             today = datetime.now(timezone.utc).date().isoformat()
             spent = spend_today(opts.daily_state_dir, opts.daily_key, ledger, today)

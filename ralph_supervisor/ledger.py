@@ -1,21 +1,30 @@
-"""The loop-context ledger: parse, validate, decide, summarise. Pure functions, no I/O.
+"""The loop-context ledger: parse, validate, decide. Pure functions, no I/O.
 
 A loop that keeps a ledger `{"goal", "attempts": [{iteration, action, outcome, error, tokensUsed}]}` asks
-before each iteration whether it may go on. The rules, their order, the reason texts and the Markdown summary
-follow `@cobusgreyling/loop-context` 1.5.0 exactly, so either tool gives the same answer on a well-formed
-ledger; where loop-context crashes or misreads malformed input, `parse_ledger` refuses it with one line naming
-the attempt and the field.
+before each iteration whether it may go on. The rules, their order and the reason texts follow
+`@cobusgreyling/loop-context` 1.5.0 exactly, so either tool gives the same answer on a well-formed ledger;
+where loop-context crashes or misreads malformed input, `parse_ledger` refuses it with one line naming the
+attempt and the field. The Markdown summary (`--inject`) is ledger_inject.py's, the daily budget
+ledger_daily.py's.
+
+This module is on `check`'s start-up path, and a loop runs `check` before every iteration, so start-up is most
+of its time: it imports neither json, re, typing nor dataclasses (each costs more than the whole decision on a
+1,000-attempt ledger). Its values are small tuple classes (`Record`), the JSON is read by json's own C scanner
+and the verdict written by hand.
+
+    >>> check_breaker(parse_ledger('{"goal": "g", "attempts": [{"action": "a", "outcome": "success"}]}')).trigger
+    'ok'
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from operator import attrgetter, itemgetter
 
-from ralph_supervisor.signature import JS_WHITESPACE, error_signature, js_trim, similarity, trigrams
+from ralph_supervisor.signature import error_signature, js_trim, similarity
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs a check's start-up more than its decision
+    from typing import Any
 
 OUTCOMES = ("success", "failure", "noop")
 TRIGGERS = ("ok", "stagnation", "frustration", "no-progress", "token-budget", "max-iterations", "daily-budget")
@@ -42,52 +51,76 @@ class LedgerError(ValueError):
 # ── values ─────────────────────────────────────────────────────────
 
 
-class Attempt(NamedTuple):
-    """One iteration of the loop. `iteration` is kept as given: loop-context never reads it.
+class Record(tuple):
+    """An immutable value with named fields, as typing.NamedTuple makes one (equal, hashable, shown with its
+    names), without typing's import. A subclass annotates its fields in order and builds itself in `__new__`.
 
-    An immutable NamedTuple rather than a frozen dataclass: it is twice as cheap to build, and a ledger
-    may hold 100,000 of them."""
+        >>> BreakerConfig(stagnation=2).stagnation
+        2
+    """
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def __init_subclass__(cls) -> None:
+        cls._fields = tuple(cls.__dict__.get("__annotations__", ()))
+        for index, name in enumerate(cls._fields):
+            setattr(cls, name, property(itemgetter(index)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in zip(self._fields, self))})"
+
+
+class Attempt(Record):
+    """One iteration of the loop. `iteration` is kept as given: loop-context never reads it."""
 
     action: str
     outcome: str
-    error: str | None = None
-    tokens_used: int = 0
-    iteration: Any = None
+    error: str | None
+    tokens_used: int
+    iteration: Any
+
+    def __new__(cls, action: str, outcome: str, error: str | None = None, tokens_used: int = 0,
+                iteration: Any = None) -> Attempt:
+        return tuple.__new__(cls, (action, outcome, error, tokens_used, iteration))
 
 
-@dataclass(frozen=True)
-class Ledger:
+_tokens_of = attrgetter("tokens_used")  # read at C speed over a long ledger
+
+
+class Ledger(Record):
+    """The goal and the attempts: Attempt values, or, for a big ledger read by msgspec, its structs with the
+    same fields (ledger_big.py)."""
+
     goal: str
-    attempts: tuple[Attempt, ...] = ()
+    attempts: tuple[Attempt, ...]
+
+    def __new__(cls, goal: str, attempts: tuple[Attempt, ...] = ()) -> Ledger:
+        return tuple.__new__(cls, (goal, attempts))
 
     @property
     def tokens_used(self) -> int:
-        return sum(a.tokens_used for a in self.attempts)
+        return sum(map(_tokens_of, self.attempts))
 
 
-@dataclass(frozen=True)
-class BreakerConfig:
+class BreakerConfig(Record):
     """loop-context's DEFAULT_BREAKER; `token_budget=None` means no budget."""
 
-    max_iterations: int = 10
-    stagnation: int = 3
-    no_progress: int = 5
-    similarity_threshold: float = 0.85
-    token_budget: int | None = None
-    frustration: int = FRUSTRATION_THRESHOLD
+    max_iterations: int
+    stagnation: int
+    no_progress: int
+    similarity_threshold: float
+    token_budget: int | None
+    frustration: int
+
+    def __new__(cls, max_iterations: int = 10, stagnation: int = 3, no_progress: int = 5,
+                similarity_threshold: float = 0.85, token_budget: int | None = None,
+                frustration: int = FRUSTRATION_THRESHOLD) -> BreakerConfig:
+        return tuple.__new__(cls, (max_iterations, stagnation, no_progress, similarity_threshold, token_budget,
+                                   frustration))
 
 
-@dataclass(frozen=True)
-class PruneConfig:
-    """loop-context's DEFAULT_PRUNE: what `--inject` keeps of the recent attempts."""
-
-    max_trace_lines: int = 8
-    window: int = 5
-    similarity_threshold: float = 0.85
-
-
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     """What `check` decides about a ledger, as loop-context prints it (not the breaker's `Decision`)."""
 
     iterations: int
@@ -96,6 +129,10 @@ class Verdict:
     escalate: bool
     trigger: str
     reason: str
+
+    def __new__(cls, iterations: int, tokens_used: int, should_continue: bool, escalate: bool, trigger: str,
+                reason: str) -> Verdict:
+        return tuple.__new__(cls, (iterations, tokens_used, should_continue, escalate, trigger, reason))
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object, keys in loop-context's order."""
@@ -118,16 +155,92 @@ def _reject_constant(name: str) -> Any:
 
 def _show(value: Any) -> str:
     """A short one-line rendering of a bad value for an error message."""
+    import json
+
     text = json.dumps(value, ensure_ascii=True)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def parse_ledger(text: str, source: str = "ledger") -> Ledger:
-    """Parse and validate ledger JSON text. Raises LedgerError with one line naming the attempt and field."""
-    if not js_trim(text):
+class _ScanRules:
+    """What json's C scanner asks of its decoder: json.loads' own settings, NaN and Infinity refused."""
+
+    def __init__(self) -> None:
+        self.strict = True
+        self.object_hook = None
+        self.object_pairs_hook = None
+        self.parse_float = float
+        self.parse_int = int
+        self.parse_constant = _reject_constant
+        self.memo: dict[str, str] = {}
+
+
+try:
+    from _json import make_scanner as _make_scanner
+except ImportError:  # an interpreter without json's accelerator: json.loads reads every ledger
+    _scan_value = None
+else:
+    _scan_value = _make_scanner(_ScanRules())
+
+_JSON_SPACE = " \t\n\r"
+
+
+def _quick_json(text: str) -> Any:
+    """The value of a JSON document, read by the same C scanner json.loads uses, with the same settings, but
+    without importing the json package (whose regular expressions cost a check's start-up more than reading
+    a 1,000-attempt ledger). Raises (anything) where json.loads would have something to say."""
+    if _scan_value is None:
+        raise ValueError("no C scanner")
+    start = 0
+    while start < len(text) and text[start] in _JSON_SPACE:
+        start += 1
+    value, end = _scan_value(text, start)
+    if text[end:].strip(_JSON_SPACE):
+        raise ValueError("extra data")
+    return value
+
+
+BIG_LEDGER_CHARS = 4_000_000
+"""From this size (characters or bytes) on a ledger is read by msgspec where it is installed (ledger_big.py): quicker than json's
+scanner and the checks here by more than msgspec's import costs."""
+
+
+def parse_ledger(data: str | bytes, source: str = "ledger") -> Ledger:
+    """Parse and validate a ledger's JSON (text, or UTF-8 bytes as read). Raises LedgerError with one line
+    naming the attempt and field."""
+    if len(data) >= BIG_LEDGER_CHARS:
+        big = _read_big(data)
+        if big is not None:
+            return big
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LedgerError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    else:
+        text = data
+    if not js_trim(text[:1000]) and not js_trim(text):
         raise LedgerError("No ledger provided. Pass --ledger <file.json> or pipe JSON on stdin.")
     try:
-        raw = json.loads(text, parse_constant=_reject_constant)
+        raw = _quick_json(text)
+    except Exception:  # json.loads reads it again and says what is wrong, in its own words
+        raw = _careful_json(text, source)
+    return ledger_from_json(raw, source)
+
+
+def _read_big(data: str | bytes) -> Ledger | None:
+    """The ledger as msgspec reads it; None without msgspec, or when it refuses the data."""
+    try:
+        from ralph_supervisor.ledger_big import decode
+    except ImportError:
+        return None
+    return decode(data)
+
+
+def _careful_json(text: str, source: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise LedgerError(f"{source}: bad JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except LedgerError as exc:
@@ -136,26 +249,24 @@ def parse_ledger(text: str, source: str = "ledger") -> Ledger:
         raise LedgerError(f"{source}: bad JSON: nested too deeply") from None
     except ValueError:  # Python refuses integers of more than 4300 digits (sys.get_int_max_str_digits)
         raise LedgerError(f"{source}: bad JSON: a number too long to read") from None
-    return ledger_from_json(raw, source)
 
 
 def ledger_from_json(raw: Any, source: str = "ledger") -> Ledger:
     """Validate an already-decoded ledger object."""
     if not isinstance(raw, dict):
-        raise LedgerError(f"{source}: expected an object {{goal, attempts}}, got {_json_type(raw)}")
+        raise LedgerError(f"{source}: expected an object {{goal, attempts}}, got {json_type(raw)}")
     if "goal" not in raw:
         raise LedgerError(f"{source}: goal is missing")
     if not isinstance(raw["goal"], str):
-        raise LedgerError(f"{source}: goal must be a string, got {_json_type(raw['goal'])}")
+        raise LedgerError(f"{source}: goal must be a string, got {json_type(raw['goal'])}")
     if "attempts" not in raw:
         raise LedgerError(f"{source}: attempts is missing")
     if not isinstance(raw["attempts"], list):
-        raise LedgerError(f"{source}: attempts must be an array, got {_json_type(raw['attempts'])}")
-    attempts = tuple([_attempt(item, i, source) for i, item in enumerate(raw["attempts"])])
-    return Ledger(goal=raw["goal"], attempts=attempts)
+        raise LedgerError(f"{source}: attempts must be an array, got {json_type(raw['attempts'])}")
+    return Ledger(raw["goal"], _attempts(raw["attempts"], source))
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -172,28 +283,47 @@ def _json_type(value: Any) -> str:
 _OUTCOME_SET = frozenset(OUTCOMES)
 
 
+def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
+    """Every attempt, validated. The loop takes a well-formed attempt in a few type checks (a ledger may hold
+    100,000); anything else goes through `_attempt`'s careful checks, which accept it or name what is wrong."""
+    attempts = []
+    append = attempts.append
+    make = tuple.__new__
+    outcomes = _OUTCOME_SET
+    index = 0
+    for item in items:
+        if type(item) is dict:
+            get = item.get
+            action = get("action")
+            outcome = get("outcome")
+            error = get("error")
+            tokens = get("tokensUsed")
+            if (
+                type(action) is str
+                and type(outcome) is str
+                and outcome in outcomes
+                and (error is None or type(error) is str)
+                and (tokens is None or (type(tokens) is int and 0 <= tokens <= MAX_SAFE_INTEGER))
+            ):
+                append(make(Attempt, (action, outcome, error, tokens or 0, get("iteration"))))
+                index += 1
+                continue
+        append(_attempt(item, index, source))
+        index += 1
+    return tuple(attempts)
+
+
 def _attempt(item: Any, index: int, source: str) -> Attempt:
-    if type(item) is dict:  # fast path for a well-formed attempt; anything else gets the careful checks below
-        action = item.get("action")
-        outcome = item.get("outcome")
-        error = item.get("error")
-        tokens = item.get("tokensUsed")
-        if (
-            type(action) is str
-            and type(outcome) is str
-            and outcome in _OUTCOME_SET
-            and (error is None or type(error) is str)
-            and (tokens is None or (type(tokens) is int and 0 <= tokens <= MAX_SAFE_INTEGER))
-        ):
-            return Attempt(action, outcome, error, tokens or 0, item.get("iteration"))
+    import math
+
     where = f"{source}: attempts[{index}]"
     if not isinstance(item, dict):
-        raise LedgerError(f"{where} must be an object, got {_json_type(item)}")
+        raise LedgerError(f"{where} must be an object, got {json_type(item)}")
     action = item.get("action")
     if "action" not in item:
         raise LedgerError(f"{where}.action is missing")
     if not isinstance(action, str):
-        raise LedgerError(f"{where}.action must be a string, got {_json_type(action)}")
+        raise LedgerError(f"{where}.action must be a string, got {json_type(action)}")
     if "outcome" not in item:
         raise LedgerError(f"{where}.outcome is missing")
     outcome = item["outcome"]
@@ -201,12 +331,12 @@ def _attempt(item: Any, index: int, source: str) -> Attempt:
         raise LedgerError(f"{where}.outcome must be one of success, failure, noop; got {_show(outcome)}")
     error = item.get("error")
     if error is not None and not isinstance(error, str):
-        raise LedgerError(f"{where}.error must be a string, got {_json_type(error)}")
+        raise LedgerError(f"{where}.error must be a string, got {json_type(error)}")
     tokens = item.get("tokensUsed")
     if tokens is None:
         tokens = 0
     elif isinstance(tokens, bool) or not isinstance(tokens, (int, float)):
-        raise LedgerError(f"{where}.tokensUsed must be a non-negative integer, got {_json_type(tokens)} {_show(tokens)}")
+        raise LedgerError(f"{where}.tokensUsed must be a non-negative integer, got {json_type(tokens)} {_show(tokens)}")
     elif isinstance(tokens, float) and (not math.isfinite(tokens) or tokens != int(tokens)):
         raise LedgerError(f"{where}.tokensUsed must be a non-negative integer, got {_show(tokens)}")
     tokens = int(tokens)
@@ -236,6 +366,8 @@ def attempt_dict(iteration: int, action: str, outcome: str, error: str | None, t
 
 def dump_ledger(goal: str, attempts: list[dict[str, Any]]) -> str:
     """The ledger file's text: 2-space indented JSON, non-ASCII kept, with a final newline."""
+    import json
+
     return json.dumps({"goal": goal, "attempts": attempts}, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -306,28 +438,65 @@ def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Ve
 
 # ── output ─────────────────────────────────────────────────────────
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+
+def _has_surrogates(text: str) -> bool:
+    """Whether `text` holds surrogate code points (which UTF-8 cannot encode): rare, and costly to handle."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
-def _js_string(text: str) -> str:
+def _join_pairs(text: str) -> str:
     """Join split surrogate pairs as a JavaScript string would hold them (lone halves stay lone)."""
-    if not _SURROGATE.search(text):
-        return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def _lone_surrogates(text: str, replace: Any) -> str:
+    import re
+
+    return re.sub("[\ud800-\udfff]", replace, _join_pairs(text))
 
 
 def printable(text: str) -> str:
     """What `console.log` writes: lone surrogates become U+FFFD."""
-    return _SURROGATE.sub("\ufffd", _js_string(text))
+    return _lone_surrogates(text, "\ufffd") if _has_surrogates(text) else text
 
 
-def to_json(value: Any, indent: int | None = 2) -> str:
-    """JSON.stringify(value, null, indent): non-ASCII kept, lone surrogates escaped."""
-    if indent is None:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+_JSON_ESCAPES = {**{c: f"\\u{c:04x}" for c in range(32)}, 8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r",
+                 34: '\\"', 92: "\\\\"}
+
+
+def _json_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value)
+    if type(value) is str:
+        return '"' + value.translate(_JSON_ESCAPES) + '"'
+    raise TypeError(f"to_json writes strings, integers, booleans and null, not {value!r}")
+
+
+def to_json(value: dict[str, Any], indent: int | None = 2) -> str:
+    """JSON.stringify(value, null, indent) of a flat object such as the verdict's (strings, integers, booleans,
+    null): non-ASCII kept, lone surrogates escaped. Byte for byte what json.dumps writes with the same indent
+    (and no spaces without one), written here because json's import costs a check's start-up more."""
+    items = [f"{_json_scalar(key)}{':' if indent is None else ': '}{_json_scalar(item)}" for key, item in value.items()]
+    if not items:
+        text = "{}"
+    elif indent is None:
+        text = "{" + ",".join(items) + "}"
     else:
-        text = json.dumps(value, ensure_ascii=False, indent=indent)
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", _js_string(text))
+        pad = "\n" + " " * indent
+        text = "{" + pad + ("," + pad).join(items) + "\n}"
+    if _has_surrogates(text):
+        text = _lone_surrogates(text, lambda m: f"\\u{ord(m.group(0)):04x}")
+    return text
 
 
 def human_line(decision: Verdict) -> str:
@@ -366,235 +535,3 @@ def pattern_table() -> str:
     for name, b in PATTERN_BUDGETS.items():
         lines.append(f"{name}\t{b['L1']}\t{b['L2']}\t{b['L3']}\t{b['daily']}")
     return "\n".join(lines)
-
-
-# ── daily budget ───────────────────────────────────────────────────
-
-MAX_COUNTED_LEDGERS = 500
-
-
-@dataclass(frozen=True)
-class CountedLedger:
-    """A ledger already counted today: how many of its attempts, and the hash of that prefix."""
-
-    attempts: int
-    hash: str
-
-
-@dataclass(frozen=True)
-class DailyState:
-    """`.loop-context/daily-spend.<key>.json`: loop-context's two keys plus which ledgers we counted."""
-
-    date: str
-    tokens_used_today: int
-    counted: tuple[CountedLedger, ...] = field(default=())
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "date": self.date,
-            "tokensUsedToday": self.tokens_used_today,
-            "countedLedgers": [{"attempts": c.attempts, "hash": c.hash} for c in self.counted],
-        }
-
-
-def daily_state_from_json(raw: Any) -> DailyState:
-    """Read a state file's object. loop-context's own files (no countedLedgers) are accepted."""
-    if not isinstance(raw, dict):
-        raise LedgerError(f"expected an object, got {_json_type(raw)}")
-    date = raw.get("date")
-    spent = raw.get("tokensUsedToday")
-    if not isinstance(date, str):
-        raise LedgerError("date must be a string")
-    if (
-        isinstance(spent, bool)
-        or not isinstance(spent, (int, float))
-        or not math.isfinite(spent)
-        or spent < 0
-        or spent != int(spent)
-    ):
-        raise LedgerError("tokensUsedToday must be a non-negative integer")
-    counted_raw = raw.get("countedLedgers", [])
-    if not isinstance(counted_raw, list):
-        raise LedgerError("countedLedgers must be an array")
-    counted = []
-    for i, c in enumerate(counted_raw):
-        if (
-            not isinstance(c, dict)
-            or isinstance(c.get("attempts"), bool)
-            or not isinstance(c.get("attempts"), int)
-            or not isinstance(c.get("hash"), str)
-        ):
-            raise LedgerError(f"countedLedgers[{i}] must be {{attempts: integer, hash: string}}")
-        counted.append(CountedLedger(c["attempts"], c["hash"]))
-    return DailyState(date, int(spent), tuple(counted))
-
-
-def prefix_hashes(ledger: Ledger) -> list[str]:
-    """hashes[i] identifies the ledger's first i attempts (a hash chain seeded by the goal)."""
-    import hashlib  # only the daily budget needs it: keep `check`'s start-up short
-
-    h = hashlib.sha256(("goal\0" + ledger.goal).encode("utf-8", "surrogatepass")).hexdigest()
-    out = [h]
-    for a in ledger.attempts:
-        canon = json.dumps(
-            [a.iteration, a.action, a.outcome, a.error, a.tokens_used], ensure_ascii=True, sort_keys=True
-        )
-        h = hashlib.sha256((h + canon).encode("ascii")).hexdigest()
-        out.append(h)
-    return out
-
-
-def record_daily_spend(state: DailyState | None, ledger: Ledger, today: str) -> tuple[DailyState, int]:
-    """Add the tokens of the attempts not counted yet today; returns the new state and the tokens added.
-
-    A ledger already seen (same prefix of attempts) adds only its new attempts, so checking an unchanged
-    ledger twice adds nothing. A ledger whose earlier attempts changed is a different run and counts whole.
-    """
-    if state is None or state.date != today:
-        state = DailyState(today, 0, ())
-    hashes = prefix_hashes(ledger)
-    n = len(ledger.attempts)
-    best: CountedLedger | None = None
-    for c in state.counted:
-        if 0 <= c.attempts <= n and hashes[c.attempts] == c.hash and (best is None or c.attempts > best.attempts):
-            best = c
-    already = best.attempts if best is not None else 0
-    added = sum(a.tokens_used for a in ledger.attempts[already:])
-    kept = tuple(c for c in state.counted if c is not best)
-    counted = (kept + (CountedLedger(n, hashes[n]),))[-MAX_COUNTED_LEDGERS:]
-    return DailyState(today, state.tokens_used_today + added, counted), added
-
-
-def apply_daily_budget(decision: Verdict, spent_today: int, cap: int, pattern: str | None) -> Verdict:
-    """Escalate on the daily cap, but only when no per-run rule already did (loop-context's order)."""
-    if decision.escalate or spent_today < cap:
-        return decision
-    what = f'Daily token spend for pattern "{pattern}"' if pattern else "Daily token spend"
-    return Verdict(
-        decision.iterations,
-        decision.tokens_used,
-        False,
-        True,
-        "daily-budget",
-        f"{what} reached {spent_today} (cap {cap}). Escalating to avoid cost blowup.",
-    )
-
-
-# ── --inject ───────────────────────────────────────────────────────
-
-
-def prune_stack_trace(trace: str, max_lines: int) -> str:
-    """Keep a trace's head, noting how much was dropped."""
-    lines = trace.split("\n")
-    if len(lines) <= max_lines:
-        return js_trim(trace)
-    kept = "\n".join(lines[:max_lines]).rstrip(JS_WHITESPACE)
-    omitted = len(lines) - max_lines
-    return f"{kept}\n  … ({omitted} more line{'' if omitted == 1 else 's'} pruned)"
-
-
-@dataclass(frozen=True)
-class _Pruned:
-    outcome: str
-    error: str | None
-    repeated: int = 1
-
-
-def prune_recent(ledger: Ledger, config: PruneConfig = PruneConfig()) -> list[_Pruned]:
-    """The last `window` attempts, traces trimmed, consecutive similar failures collapsed into the first."""
-    collapsed: list[_Pruned] = []
-    recent = ledger.attempts[-config.window :] if config.window > 0 else ()
-    for a in recent:
-        err = prune_stack_trace(a.error, config.max_trace_lines) if a.error is not None else None
-        prev = collapsed[-1] if collapsed else None
-        if (
-            prev is not None
-            and prev.outcome == "failure"
-            and a.outcome == "failure"
-            and similarity(error_signature(prev.error or ""), error_signature(err or "")) >= config.similarity_threshold
-        ):
-            collapsed[-1] = _Pruned(prev.outcome, prev.error, prev.repeated + 1)
-        else:
-            collapsed.append(_Pruned(a.outcome, err))
-    return collapsed
-
-
-@dataclass(frozen=True)
-class ErrorGroup:
-    signature: str
-    count: int
-    sample: str
-
-
-def failure_patterns(ledger: Ledger, threshold: float) -> list[ErrorGroup]:
-    """Failures grouped by similarity to each group's FIRST signature (the first group that matches wins),
-    most frequent first, as loop-context's summarizeAttempts groups them.
-
-    loop-context compares every failure with every group: quadratic when errors are all different. We get
-    the same groups with a prefix filter: two trigram sets with Jaccard >= t must share a trigram among the
-    first |x| - ceil(t|x|) + 1 of each (in one fixed order, rarest first), so only groups sharing such a
-    trigram are compared at all. A signature seen before goes straight to the group it went to then."""
-    failing = [a.error for a in ledger.attempts if a.outcome == "failure" and a.error]
-    sigs = [error_signature(e) for e in failing]
-    freq: dict[bytes, int] = {}
-    for sig in dict.fromkeys(sigs):
-        for tok in trigrams(sig):
-            freq[tok] = freq.get(tok, 0) + 1
-
-    def prefix(sig: str) -> list[bytes]:
-        toks = sorted(trigrams(sig), key=lambda tok: (freq[tok], tok))
-        overlap = math.ceil(threshold * len(toks) - 1e-9)  # the least overlap a match needs (rounded safely down)
-        return toks[: len(toks) - overlap + 1]
-
-    index: dict[bytes, list[int]] = {}
-    seen: dict[str, int] = {}
-    groups: list[list[Any]] = []  # [signature, count, sample]
-    for error, sig in zip(failing, sigs):
-        g = seen.get(sig)
-        if g is None:
-            if threshold <= 0:  # everything is similar to the first group: no filter can help
-                candidates: list[int] = [0] if groups else []
-            else:
-                candidates = sorted({c for tok in prefix(sig) for c in index.get(tok, ())})
-            g = next((c for c in candidates if similarity(groups[c][0], sig) >= threshold), None)
-            if g is None:
-                g = len(groups)
-                groups.append([sig, 0, js_trim(error.split("\n")[0])])
-                for tok in prefix(sig) if threshold > 0 else ():
-                    index.setdefault(tok, []).append(g)
-            seen[sig] = g
-        groups[g][1] += 1
-    return sorted((ErrorGroup(s, c, m) for s, c, m in groups), key=lambda grp: -grp.count)
-
-
-def build_injection(
-    ledger: Ledger, breaker: BreakerConfig = BreakerConfig(), prune: PruneConfig = PruneConfig()
-) -> str:
-    """loop-context's buildContextInjection: the compact Markdown block for the next prompt."""
-    decision = check_breaker(ledger, breaker)
-    successes = sum(1 for a in ledger.attempts if a.outcome == "success")
-    noops = sum(1 for a in ledger.attempts if a.outcome == "noop")
-    failures = len(ledger.attempts) - successes - noops
-    tokens = ledger.tokens_used
-    lines = ["## Loop Context (managed)", "", f"**Goal:** {ledger.goal}"]
-    progress = f"**Progress:** iteration {len(ledger.attempts)} · {successes} ok · {failures} failed"
-    lines.append(progress + (f" · {tokens} tokens" if tokens else ""))
-    lines.append("")
-    actions = list(dict.fromkeys(a.action for a in ledger.attempts))
-    if actions:
-        lines.append("**Already tried (do NOT repeat):**")
-        lines.extend(f"- {action}" for action in actions)
-        lines.append("")
-    groups = failure_patterns(ledger, breaker.similarity_threshold)
-    if groups:
-        lines.append("**Failure patterns:**")
-        lines.extend(f"- ({g.count}×) {g.sample}" for g in groups)
-        lines.append("")
-    last_fail = next((p for p in reversed(prune_recent(ledger, prune)) if p.outcome == "failure"), None)
-    if last_fail is not None and last_fail.error:
-        lines += ["**Most recent error (pruned):**", "```", last_fail.error, "```", ""]
-    if decision.escalate:
-        lines.append(f"> STOP — circuit breaker tripped ({decision.trigger}). {decision.reason}")
-    else:
-        lines.append(f"> Circuit breaker: OK ({decision.iterations}/{breaker.max_iterations} iterations used).")
-    return printable("\n".join(lines))

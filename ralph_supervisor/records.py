@@ -5,6 +5,10 @@ the log event), the breaker (`state.json`), an attempt (`ledger.json`), the day'
 the escalation summary. A full or read-only disk costs the record, never the supervision: each kind of
 failure is warned about once, and the day's spend is counted in memory meanwhile.
 
+A transition is written durably (the history line and `state.json`, each fsynced); what moves at every agent
+call (the breaker's counters in `state.json`, `ledger.json`, the day's spend) is written atomically without
+fsync (store.py says what each survives).
+
     >>> records = Records(state_dir, goal="supervised: ./ralph_loop.sh")   # doctest: +SKIP
     >>> records.transition(decision); records.save(breaker.snapshot())     # doctest: +SKIP
 """
@@ -56,6 +60,8 @@ class Records:
         so the daily budgets hold across the worktrees of one repository."""
         self._daily_fallback = DailySpend("")
         """Today's spend counted in memory while daily-spend.json cannot be written."""
+        self._saved_mark: tuple[Any, ...] | None = None
+        """What of the breaker the last state.json holds that only a transition changes (see `save`)."""
 
     def transition(self, decision: Decision, **fields: Any) -> dict[str, Any]:
         """The history line first, then the `breaker_transition` event (the state is saved after it)."""
@@ -64,10 +70,17 @@ class Records:
         return line
 
     def save(self, snapshot: Snapshot, *, limit_until: float | None = None) -> None:
+        """Write the breaker's snapshot: durably when its state changed (a transition, an open, a usage-limit
+        wait begun or ended) since the last save, without fsync when only its counters moved."""
+        mark = (snapshot.state, snapshot.trigger, snapshot.final, snapshot.total_opens, snapshot.opened_at,
+                limit_until)
         try:
-            state_json.save(self.state_dir, snapshot, supervisor_pid=os.getpid(), limit_until=limit_until)
+            state_json.save(self.state_dir, snapshot, supervisor_pid=os.getpid(), limit_until=limit_until,
+                            durable=mark != self._saved_mark)
         except OSError as exc:
             self.warnings.once("state_unwritable", error=str(exc))
+            return
+        self._saved_mark = mark
 
     def attempt(self, report: IterationReport) -> None:
         try:

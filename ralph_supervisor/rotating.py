@@ -184,6 +184,14 @@ class RotatingFile:
                     self._on_error(exc)
             self.close()  # reopened (and re-measured) on the next write
 
+    def sync(self) -> None:
+        """fsync what was written (a failure is the next write's to report)."""
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                pass
+
     def close(self) -> None:
         self._checked_at = float("-inf")
         try:

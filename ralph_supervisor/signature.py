@@ -8,9 +8,6 @@ only, ``toLowerCase()`` as ``str.lower()``, and trigrams over UTF-16 code units 
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-
 # JavaScript's WhiteSpace + LineTerminator set: what `\s` matches and `String.prototype.trim()` strips.
 # Not Python's `str.isspace()` (which adds U+001C-U+001F and U+0085 and lacks U+FEFF).
 JS_WHITESPACE: str = (
@@ -19,15 +16,25 @@ JS_WHITESPACE: str = (
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 
-_WS_CLASS = "".join(f"\\u{ord(c):04x}" for c in JS_WHITESPACE)
 
-_TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ][\d:.]+Z?\b", re.ASCII)
-_HEX = re.compile(r"0x[0-9a-fA-F]+")
-_PATH = re.compile(rf"[A-Za-z]:[\\/][^{_WS_CLASS}:]+|(?:[\\/][^{_WS_CLASS}:/\\]+)+")
-_PATH_SPLIT = re.compile(r"[\\/]")
-_LINE_COL = re.compile(r":\d+(?::\d+)?", re.ASCII)
-_NUMBER = re.compile(r"\b\d+\b", re.ASCII)
-_WS_RUN = re.compile(f"[{_WS_CLASS}]+")
+class _Patterns:
+    """The signature's regular expressions, compiled at the first signature: `check` on a ledger that ends
+    without a run of failures needs none, and importing `re` and compiling them is a fifth of its start-up."""
+
+    def __init__(self) -> None:
+        import re
+
+        ws = "".join(f"\\u{ord(c):04x}" for c in JS_WHITESPACE)
+        self.timestamp = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ][\d:.]+Z?\b", re.ASCII)
+        self.hex = re.compile(r"0x[0-9a-fA-F]+")
+        self.path = re.compile(rf"[A-Za-z]:[\\/][^{ws}:]+|(?:[\\/][^{ws}:/\\]+)+")
+        self.path_split = re.compile(r"[\\/]")
+        self.line_col = re.compile(r":\d+(?::\d+)?", re.ASCII)
+        self.number = re.compile(r"\b\d+\b", re.ASCII)
+        self.ws_run = re.compile(f"[{ws}]+")
+
+
+_patterns: _Patterns | None = None
 
 
 def js_trim(s: str) -> str:
@@ -35,47 +42,54 @@ def js_trim(s: str) -> str:
     return s.strip(JS_WHITESPACE)
 
 
-def _basename(match: re.Match[str]) -> str:
-    path = match.group(0)
-    return _PATH_SPLIT.split(path)[-1] or path
-
-
 _CACHE_MAX_CHARS = 2000  # cache short texts only: 4096 cached megabyte tracebacks would be gigabytes
+_CACHE_ENTRIES = 4096
+_signatures: dict[str, str] = {}
+_trigram_sets: dict[str, frozenset[bytes]] = {}
+
+
+def _remember(cache: dict, text: str, value: object) -> None:
+    """Keep a short text's result; a full cache starts over (a ledger's texts repeat, or they do not)."""
+    if len(text) <= _CACHE_MAX_CHARS:
+        if len(cache) >= _CACHE_ENTRIES:
+            cache.clear()
+        cache[text] = value
 
 
 def error_signature(text: str) -> str:
     """Reduce an error to a stable signature so that "the same error" is recognised across attempts
     even when volatile details (timestamps, addresses, paths, line numbers, ports) differ."""
-    return _signature_cached(text) if len(text) <= _CACHE_MAX_CHARS else _signature(text)
+    sig = _signatures.get(text)
+    if sig is None:
+        sig = _signature(text)
+        _remember(_signatures, text, sig)
+    return sig
 
 
 def _signature(text: str) -> str:
+    global _patterns
+    p = _patterns or _Patterns()
+    _patterns = p
     first = next((line for line in text.split("\n") if js_trim(line)), "")
     sig = js_trim(first)
-    sig = _TIMESTAMP.sub("<ts>", sig)
-    sig = _HEX.sub("<addr>", sig)
-    sig = _PATH.sub(_basename, sig)
-    sig = _LINE_COL.sub("", sig)
-    sig = _NUMBER.sub("#", sig)
-    sig = _WS_RUN.sub(" ", sig)
+    sig = p.timestamp.sub("<ts>", sig)
+    sig = p.hex.sub("<addr>", sig)
+    sig = p.path.sub(lambda match: p.path_split.split(match.group(0))[-1] or match.group(0), sig)
+    sig = p.line_col.sub("", sig)
+    sig = p.number.sub("#", sig)
+    sig = p.ws_run.sub(" ", sig)
     return js_trim(sig)
-
-
-_signature_cached = lru_cache(maxsize=4096)(_signature)
 
 
 def trigrams(s: str) -> frozenset[bytes]:
     """The set of trigrams of `"  " + lower(s) + "  "`, indexed like JavaScript strings (UTF-16 code units),
     so that text outside the BMP (emoji) compares as loop-context compares it."""
-    return _trigrams_cached(s) if len(s) <= _CACHE_MAX_CHARS else _trigrams(s)
-
-
-def _trigrams(s: str) -> frozenset[bytes]:
-    padded = ("  " + s.lower() + "  ").encode("utf-16-le", "surrogatepass")
-    return frozenset(padded[i : i + 6] for i in range(0, len(padded) - 4, 2))
-
-
-_trigrams_cached = lru_cache(maxsize=4096)(_trigrams)
+    grams = _trigram_sets.get(s)
+    if grams is None:
+        padded = ("  " + s.lower() + "  ").encode("utf-16-le", "surrogatepass")
+        grams = frozenset(padded[i : i + 6] for i in range(0, len(padded) - 4, 2))
+        _remember(_trigram_sets, s, grams)
+    return grams
 
 
 def similarity(a: str, b: str) -> float:

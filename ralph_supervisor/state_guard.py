@@ -30,7 +30,7 @@ from ralph_supervisor.snapshots.store import STORE_DIR
 from ralph_supervisor.state_folder import ORIGIN_FILE
 
 
-def _ident(path: Path) -> tuple[int, int] | None:
+def _ident(path: Path | str) -> tuple[int, int] | None:
     try:
         st = os.lstat(path)
     except OSError:
@@ -51,13 +51,16 @@ class StateGuard:
         self._rewrite = rewrite
         self._folder = _ident(state_dir)
         self._seen: dict[str, tuple[int, int] | None] = {}
+        self._paths = {name: os.path.join(state_dir, name) for name in self.WATCHED}
+        """Each watched file's path as a string: a tick stats them all, and Path's `/` costs more than the stat."""
         self._relocks: list[InstanceLock] = []
         self.look()
 
-    def look(self) -> None:
-        """Remember what is there now (call it after writing a file of ours for the first time)."""
+    def look(self, known: dict[str, tuple[int, int] | None] | None = None) -> None:
+        """Remember what is there now (call it after writing a file of ours for the first time); `known`: what
+        a look of this same moment already found."""
         for name in self.WATCHED:
-            ident = _ident(self.state_dir / name)
+            ident = known[name] if known is not None and name in known else _ident(self._paths[name])
             if ident is not None:
                 self._seen[name] = ident
 
@@ -71,10 +74,12 @@ class StateGuard:
                 return lost  # cannot make it now (its parent is gone too, a read-only disk): next tick
             self._folder = _ident(self.state_dir)
             lost.append(str(self.state_dir))
+        found: dict[str, tuple[int, int] | None] = {}
         for name, before in list(self._seen.items()):
-            now = _ident(self.state_dir / name)
+            now = found[name] = _ident(self._paths[name])
             if now == before or (now is not None and name in self.ABSENCE_ONLY):
                 continue
+            del found[name]  # rewritten below: looked at afresh
             if folder is not None and folder == self._folder:
                 lost.append(name)
             if name == lock_file.NAME:
@@ -82,7 +87,7 @@ class StateGuard:
             elif name != STORE_DIR:
                 self._rewrite(name)
             self._seen.pop(name, None)
-        self.look()
+        self.look(found)
         lost += [path.name for path in rotating.take_losses() if path.parent == self.state_dir]
         return lost
 

@@ -1,8 +1,12 @@
 """Primitives for the state folder's files (their owners are the modules of `files/`).
 
-Every file we rewrite is written atomically (temp file, fsync, rename), so a crash or a full disk
-leaves either the old or the new content, never half of one. A file we cannot trust is moved aside
-under one naming scheme, `NAME.corrupt-<UTC time>` (`move_aside`), never deleted and never trusted.
+Every file we rewrite is written atomically (temp file, rename), so a crash of the supervisor or a full
+disk leaves either the old or the new content, never half of one. A durable write (the default) also
+fsyncs the file and the folder, so the new content survives a crash of the machine too; bookkeeping
+rewritten at every agent call (the breaker's counters, the ledger, the day's spend, the tree's members)
+is written without (`durable=False`): a crash of the machine may then keep the previous version of such
+a file, never half of one that a reader trusts. A file we cannot trust is moved aside under one naming
+scheme, `NAME.corrupt-<UTC time>` (`move_aside`), never deleted and never trusted.
 
     >>> atomic_write_json(Path("/tmp/example.json"), {"a": 1})
     >>> read_json_object(Path("/tmp/example.json"))
@@ -30,16 +34,18 @@ def utc_day(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write `data` to `path` atomically: a unique temp file in the same folder, fsync, rename, fsync
-    of the folder. A reader (or a crash) sees the old content or the new, never half of one."""
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Write `data` to `path` atomically: a unique temp file in the same folder, (fsync,) rename, (fsync
+    of the folder). A reader (or a crash) sees the old content or the new, never half of one; `durable`
+    adds the two fsyncs, so that the new content also survives a crash of the machine."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
@@ -51,6 +57,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         except OSError:
             pass
         raise
+    if not durable:
+        return
     try:
         dir_fd = os.open(path.parent, os.O_RDONLY)
     except OSError:
@@ -63,12 +71,12 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         os.close(dir_fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n", durable=durable)
 
 
 class CorruptFile(Exception):

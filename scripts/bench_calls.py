@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -123,10 +124,46 @@ def shim_cost(runs: int) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------- 3. CPU
 
 
-def cpu_at_ten_calls_a_second(seconds: float, sampled: bool) -> float:
+class CpuRun:
+    """The supervisor's CPU over a window of a loop that calls the agent as fast as `sleep 0.1` lets it (ten
+    calls a second on an idle machine, fewer on a busy one), and how many calls the loop made meanwhile."""
+
+    def __init__(self, percent: float, calls: int, seconds: float) -> None:
+        self.percent, self.calls, self.seconds = percent, calls, seconds
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds
+
+    @property
+    def per_call_ms(self) -> float:
+        return self.percent / 100 * self.seconds / max(self.calls, 1) * 1000
+
+    @property
+    def at_ten(self) -> float:
+        """The CPU at ten calls a second: as measured when the loop made ten or more, else scaled up from the
+        calls it made (what a call costs, times ten: the idle share, 0.1 %, is left in)."""
+        return self.percent if self.rate >= 10 else self.percent * 10 / max(self.rate, 0.1)
+
+
+def cpu_at_ten_calls_a_second(seconds: float, sampled: bool, settle: float = 3.0) -> CpuRun:
     ws, bin_dir = setup("cpu-sampled" if sampled else "cpu-shim")
     proc = supervise(ws, bin_dir, loop(bin_dir, "while :; do claude -p go; sleep 0.1; done", sampled), seconds)
-    return kit.supervisor_cpu_percent(proc, seconds, who="bench_calls")
+    starts = ws / ".ralph" / "starts"
+
+    def calls() -> int:
+        return len(starts.read_bytes().split()) if starts.exists() else 0
+
+    try:
+        time.sleep(settle)
+        cpu0, t0, n0 = kit.cpu_seconds(proc.pid), time.monotonic(), calls()
+        time.sleep(seconds)
+        cpu1, t1, n1 = kit.cpu_seconds(proc.pid), time.monotonic(), calls()
+    finally:
+        kit.stop_supervisor(proc)
+    if cpu0 is None or cpu1 is None:
+        raise SystemExit("bench_calls: the supervisor ended during the CPU measurement")
+    return CpuRun((cpu1 - cpu0) / (t1 - t0) * 100, n1 - n0, t1 - t0)
 
 
 # ---------------------------------------------------------------------------------------------- 4. missed calls
@@ -142,21 +179,59 @@ def missed(calls: int, sampled: bool) -> tuple[int, int]:
     return calls - len(done), sum(1 for e in done if e["files_changed"] != 1)
 
 
+def before(source: Path | None, measure: Callable[[], CpuRun]) -> CpuRun | None:
+    """`measure()` with the supervisor started from `source` (a checkout of the code before a change)."""
+    if source is None:
+        return None
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(source / "ralph_supervisor")], check=True,
+                   stdout=subprocess.DEVNULL)
+    saved = os.environ.get("RALPH_BENCH_SOURCE")
+    os.environ["RALPH_BENCH_SOURCE"] = str(source)
+    try:
+        return measure()
+    finally:
+        if saved is None:
+            del os.environ["RALPH_BENCH_SOURCE"]
+        else:
+            os.environ["RALPH_BENCH_SOURCE"] = saved
+
+
+def describe(source: Path) -> str:
+    """Which code `source` holds: its git commit, or what its `.commit` file says (an exported tree)."""
+    head = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    if head:
+        return head
+    marker = source / ".commit"
+    return marker.read_text().strip() if marker.is_file() else str(source)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--before", type=Path, help="a checkout of the code before a change: its CPU per call too")
     args = parser.parse_args()
     kit.become_subreaper()
+    # Byte code compiled once, as an install has it: with PYTHONDONTWRITEBYTECODE set (as on some machines)
+    # every supervisor started from the source tree would compile its ~200 modules again, a second of CPU.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(kit.ROOT / "ralph_supervisor")], check=True,
+                   stdout=subprocess.DEVNULL)
     n_latency, n_cost, cpu_s, n_missed = (15, 200, 10.0, 200) if args.quick else (kit.TAIL_SAMPLES, 500, 20.0, 1000)
+    load_start = kit.loadavg()
     try:
         shim_lat, sampled_lat = latency(n_latency, False), latency(n_latency, True)
         cost = shim_cost(n_cost)
-        cpu_shim, cpu_sampled = cpu_at_ten_calls_a_second(cpu_s, False), cpu_at_ten_calls_a_second(cpu_s, True)
+        cpu_shim = cpu_at_ten_calls_a_second(cpu_s, False)
+        before_shim = before(args.before, lambda: cpu_at_ten_calls_a_second(cpu_s, False))
+        cpu_sampled = cpu_at_ten_calls_a_second(cpu_s, True)
+        before_sampled = before(args.before, lambda: cpu_at_ten_calls_a_second(cpu_s, True))
         miss_shim, wrong_shim = missed(n_missed, False)
         miss_sampled, wrong_sampled = missed(n_missed, True)
     finally:
         kit.cleanup()
+
+    before_commit = describe(args.before) if args.before is not None else "n/a"
 
     def ms(value: float) -> str:
         return f"{value:.1f} ms"
@@ -173,8 +248,23 @@ def main() -> None:
                 ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
         kit.Row("time a /bin/sh shim adds to a call of `true`", ms(cost["sh"] - cost["plain"]),
                 ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
-        kit.Row("supervisor CPU, loop making 10 calls a second (shims vs sampler)", f"{cpu_shim:.1f} %",
-                f"{cpu_sampled:.1f} %", f"{cpu_shim / cpu_sampled:.2f}" if cpu_sampled else "", "< 10 %"),
+        kit.Row("supervisor CPU, loop making 10 calls a second (shims vs sampler)", f"{cpu_shim.at_ten:.1f} %",
+                f"{cpu_sampled.at_ten:.1f} %", f"{cpu_shim.at_ten / cpu_sampled.at_ten:.2f}" if cpu_sampled.at_ten else "",
+                "< 10 %"),
+        kit.Row("the same, as measured: CPU at the calls a second the loop made (shims vs sampler)",
+                f"{cpu_shim.percent:.1f} % at {cpu_shim.rate:.1f}/s", f"{cpu_sampled.percent:.1f} % at {cpu_sampled.rate:.1f}/s",
+                "", "(for reference)"),
+        kit.Row("supervisor CPU per agent call (shims vs sampler)", f"{cpu_shim.per_call_ms:.1f} ms",
+                f"{cpu_sampled.per_call_ms:.1f} ms", f"{cpu_shim.per_call_ms / cpu_sampled.per_call_ms:.2f}"
+                if cpu_sampled.per_call_ms else "", "(for reference)"),
+        *([] if before_shim is None or before_sampled is None else [
+            kit.Row(f"CPU per agent call, shims: this code vs the code before ({before_commit})",
+                    f"{cpu_shim.per_call_ms:.1f} ms", f"{before_shim.per_call_ms:.1f} ms",
+                    f"{cpu_shim.per_call_ms / before_shim.per_call_ms:.2f}", "(for reference)"),
+            kit.Row(f"CPU per agent call, sampler: this code vs the code before ({before_commit})",
+                    f"{cpu_sampled.per_call_ms:.1f} ms", f"{before_sampled.per_call_ms:.1f} ms",
+                    f"{cpu_sampled.per_call_ms / before_sampled.per_call_ms:.2f}", "(for reference)"),
+        ]),
         kit.Row(f"calls missed out of {n_missed:,} back-to-back short calls (shims vs sampler)", str(miss_shim),
                 str(miss_sampled), "", "0"),
         kit.Row(f"calls of those {n_missed:,} whose files were not exactly their own", str(wrong_shim),
@@ -184,7 +274,7 @@ def main() -> None:
         row.met = kit.judge(row.ours, row.ratio, row.target)
     markdown = f"""## calls: agent calls announced by shims vs sampled from the tree
 
-Machine: {kit.machine_line()}; load average at the end {kit.loadavg():.1f} (a machine shared with other developers: the lead re-runs it quietly).
+Machine: {kit.machine_line()}; load average {load_start:.1f} at the start, {kit.loadavg():.1f} at the end (a machine shared with other developers).
 Mode: {'quick' if args.quick else 'full'}. The same sh agent and loops both ways; the sampler's runs put the
 agent's folder before the shims on PATH, so only the tree sampler (every 0.1-0.5 s) can see the calls.
 
@@ -192,7 +282,9 @@ agent's folder before the shims on PATH, so only the tree sampler (every 0.1-0.5
 
 Latency: the agent writes its start time first; the supervisor's `iteration_started` event carries a
 millisecond timestamp ({n_latency} calls of 0.3 s each way). Shim cost: `true` found through PATH, median of
-{n_cost} interleaved runs each. CPU: 10 calls a second for {cpu_s:.0f} s after 3 s of start-up. Missed calls:
+{n_cost} interleaved runs each. CPU: a loop calling the agent with `sleep 0.1` between calls (10 calls a second
+on an idle machine) for {cpu_s:.0f} s after 3 s of start-up, the calls it made counted; on a busy machine it
+makes fewer, and the first row scales the CPU to ten calls a second from what a call cost. Missed calls:
 {n_missed:,} back-to-back calls of a few milliseconds, each writing one new file.
 
 A negative latency means the supervisor knew of the call before the agent's first command ran (the shim's

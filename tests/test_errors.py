@@ -297,7 +297,7 @@ def test_error_lines_in_a_chunk_never_raise_and_match_the_line_by_line_filter(ch
 
 # --- the candidate scan: Hyperscan and Python's own give the same lines ------------------------------------
 
-from ralph_supervisor.evidence import errors as errors_module  # noqa: E402
+from ralph_supervisor.evidence import candidates  # noqa: E402
 
 SCAN_PIECES = st.sampled_from([
     "Error:", "error:", "ERROR:", "rror", "RROR", "]: error", "Link: error", "Error occurred", "failed with error",
@@ -310,23 +310,30 @@ def test_the_scan_engine_is_hyperscan_where_its_wheel_exists() -> None:
     import platform
 
     if platform.machine() in ("x86_64", "aarch64"):
-        assert errors_module.scan_engine() == "hyperscan"  # a dependency there: no silent fall back to the slow scan
+        assert candidates.scan_engine() == "hyperscan"  # a dependency there: no silent fall back to the slow scan
     else:
-        assert errors_module.scan_engine() in ("hyperscan", "python")
+        assert candidates.scan_engine() in ("hyperscan", "python")
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(SCAN_PIECES, max_size=40).map("".join))
 def test_hyperscan_and_the_python_scan_find_the_same_candidate_lines(text: str) -> None:
     data = text.encode()
-    fast = errors_module._HYPERSCAN.line_starts(data)
+    fast = candidates._HYPERSCAN.candidate_lines(data, wait=True)
     if fast is None:
         pytest.skip("hyperscan is not installed on this platform: only the Python scan runs")
-    assert fast == errors_module._candidate_line_starts(data)
+    starts, masks = fast
+    assert starts == candidates.python_line_starts(data)
+    for start, mask in zip(starts, masks):  # each line's mask names every literal the line holds
+        line = data[start:].split(b"\n", 1)[0]
+        held = {lit for lit in candidates.CANDIDATE_BYTES[:-1] if lit in line}
+        if re.search(rb'"is_error"[ \t\r\f\x0b]*:[ \t\r\f\x0b]*true', line):
+            held.add(b'"is_error"')
+        assert set(candidates.literals(mask)) == held
 
 
 def test_candidate_scans_agree_on_the_recorded_agent_outputs() -> None:
     for path in sorted(p for p in FIXTURES.parent.rglob("*") if p.is_file()):
         data = path.read_bytes()
-        fast = errors_module._HYPERSCAN.line_starts(data)
-        assert fast is None or fast == errors_module._candidate_line_starts(data), path.name
+        fast = candidates._HYPERSCAN.candidate_lines(data, wait=True)
+        assert fast is None or fast[0] == candidates.python_line_starts(data), path.name

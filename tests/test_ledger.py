@@ -13,25 +13,20 @@ from ralph_supervisor.ledger import (
     TRIGGERS,
     Attempt,
     BreakerConfig,
-    DailyState,
     Ledger,
     LedgerError,
-    PruneConfig,
-    apply_daily_budget,
     attempt_dict,
-    build_injection,
     check_breaker,
     daily_cap_for,
-    daily_state_from_json,
     dump_ledger,
     human_line,
     ledger_from_json,
     parse_ledger,
-    prune_stack_trace,
-    record_daily_spend,
     to_json,
     token_budget_for,
 )
+from ralph_supervisor.ledger_daily import DailyState, apply_daily_budget, daily_state_from_json, record_daily_spend
+from ralph_supervisor.ledger_inject import PruneConfig, build_injection, prune_stack_trace
 from ralph_supervisor.signature import error_signature, similarity
 
 
@@ -483,7 +478,7 @@ WORDS = ["alpha", "beta", "gamma", "connect", "refused", "timeout", "ü", "😀"
     st.sampled_from([0.05, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0]) | st.floats(0.01, 1.0),
 )
 def test_prefix_filtered_grouping_equals_the_literal_all_pairs_grouping(errors: list[str], threshold: float) -> None:
-    from ralph_supervisor.ledger import failure_patterns
+    from ralph_supervisor.ledger_inject import failure_patterns
 
     attempts = [fail(e) for e in errors]
     got = [(g.signature, g.count, g.sample) for g in failure_patterns(ledger(*attempts), threshold)]

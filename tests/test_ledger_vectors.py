@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from ralph_supervisor.ledger import BreakerConfig, PruneConfig, build_injection, check_breaker, ledger_from_json, to_json
+from ralph_supervisor.ledger import BreakerConfig, check_breaker, ledger_from_json, to_json
+from ralph_supervisor.ledger_inject import PruneConfig, build_injection
 
 RECORDED = r'''
 [{"goal": "Fix the \u00fcn\u00efcode bug", "attempts": [{"iteration": 1, "action": "patch schema", "outcome": "failure", "error": "zeta\nline\tat Object.<anonymous> (/a/b.js:3:9)TypeError: cannot read y at /tmp/bar.js:1:10xdeadbeef"}]}, {"stagnationThreshold": 2, "similarityThreshold": 0.5555555555555556}, {"similarityThreshold": 0.5555555555555556, "maxTraceLines": 2}, {"iterations": 1, "tokensUsed": 0, "shouldContinue": true, "escalate": false, "trigger": "ok", "reason": "Within limits \u2014 cleared to continue."}, "## Loop Context (managed)\n\n**Goal:** Fix the \u00fcn\u00efcode bug\n**Progress:** iteration 1 \u00b7 0 ok \u00b7 1 failed\n\n**Already tried (do NOT repeat):**\n- patch schema\n\n**Failure patterns:**\n- (1\u00d7) zeta\n\n**Most recent error (pruned):**\n```\nzeta\nline\tat Object.<anonymous> (/a/b.js:3:9)TypeError: cannot read y at /tmp/bar.js:1:10xdeadbeef\n```\n\n> Circuit breaker: OK (1/10 iterations used)."]

@@ -10,19 +10,20 @@ fragments: error fields are blanked out, the text of error fields with a string 
 and the rest of the line goes through stage 2. Ralph's own vectors keep their verdicts.
 
 Everything here is pure. The output tap calls `error_lines_in_chunk` on whole chunks of bytes: a scan finds
-the few lines that could be errors (every stage-2 match needs one of a handful of literals), and only those
-lines are decoded and parsed. The scan is Hyperscan's (one pass for every literal, several times faster than
-the four passes of Python's own `re` and `bytes.find`, which remain where Hyperscan is not installed).
+the few lines that could be errors (every stage-2 match needs one of a handful of literals: candidates.py),
+and only those lines are decoded and parsed, but for the commonest of them, code an agent writes through a
+tool, which is proved free of errors without decoding (tool_input.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterable
 from typing import Any
 
+from ralph_supervisor.evidence.candidates import candidate_lines, literals
+from ralph_supervisor.evidence.tool_input import only_in_tool_inputs
 from ralph_supervisor.signature import error_signature
 from ralph_supervisor.text import clip
 
@@ -55,14 +56,6 @@ _CANDIDATE_LITERALS: tuple[str, ...] = (
     "FATAL",
 )
 _IS_ERROR_TRUE = re.compile(r'"is_error"\s*:\s*true', re.ASCII)
-# For chunks: one regex for the literals holding "rror" (and `"is_error": true`), one `find` pass for each other.
-_RROR_FAMILY_B = re.compile(
-    rb'rror(?::| occurred|"[ \t\r\f\x0b]*:[ \t\r\f\x0b]*true|(?<=\]: error)|(?<=Link: error)|(?<=failed with error))'
-)  # whitespace within the line only, as a candidate is one line
-# "Fatal|FATAL" as one regex: the engine factors out the common "F" and scans once for both.
-_FATAL_B = re.compile(rb"Fatal|FATAL")
-_SCAN_LITERALS_B: tuple[bytes, ...] = (b"RROR:", b"xception")
-
 # Stage 1 on fragments of a line that is not decodable JSON: an error-named key and, when recognisable, its
 # value (a falsy literal, or a JSON string).
 _ERROR_FIELD = re.compile(
@@ -222,124 +215,19 @@ def is_error_line(line: str) -> bool:
     return bool(error_lines(line))
 
 
-def _candidate_line_starts(data: bytes) -> list[int]:
-    """Start offsets of the lines of `data` that hold a candidate literal.
-
-    Each scan is one pass at C speed and the passes are the cost, so the literals holding "rror" share one
-    regex whose literal prefix lets the engine skip ahead like `bytes.find`, "Fatal" and "FATAL" share another,
-    and the rest get a `find` pass each.
-    After a hit the scan resumes at the end of that line (a 2 MB line full of "Exception" costs one hit).
-    """
-    starts: set[int] = set()
-    size = len(data)
-    for regex in (_RROR_FAMILY_B, _FATAL_B):
-        pos = 0
-        while pos < size:
-            match = regex.search(data, pos)
-            if match is None:
-                break
-            starts.add(data.rfind(b"\n", 0, match.start()) + 1)
-            pos = data.find(b"\n", match.end())
-            if pos < 0:
-                break
-    for lit in _SCAN_LITERALS_B:
-        pos = data.find(lit)
-        while pos >= 0:
-            starts.add(data.rfind(b"\n", 0, pos) + 1)
-            end = data.find(b"\n", pos)
-            if end < 0:
-                break
-            pos = data.find(lit, end)
-    return sorted(starts)
-
-
-# The same candidates for Hyperscan, all literals (a regular expression among them makes Hyperscan's compile
-# take seconds): every literal of _CANDIDATE_LITERALS, and `"is_error"`, whose `: true` is checked after it.
-_HYPERSCAN_PATTERNS: tuple[bytes, ...] = (
-    rb"rror:", rb"RROR:", rb"\]: error", rb"Link: error", rb"Error occurred", rb"failed with error",
-    rb"xception", rb"Fatal", rb"FATAL", rb'"is_error"',
-)
-_IS_ERROR_KEY = len(_HYPERSCAN_PATTERNS) - 1
-_IS_ERROR_TRUE_TAIL = re.compile(rb"[ \t\r\f\x0b]*:[ \t\r\f\x0b]*true")
-
-
-class _HyperscanScan:
-    """One Hyperscan database of the candidate patterns, compiled on first use; None where the `hyperscan`
-    package (a compiled library, not available on every platform) cannot be imported or compiled."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # a database's scratch space serves one scan at a time
-        self._database: Any = None
-        self._tried = False
-
-    def database(self) -> Any:
-        if not self._tried:
-            with self._lock:
-                if not self._tried:
-                    self._database = self._compile()
-                    self._tried = True
-        return self._database
-
-    @staticmethod
-    def _compile() -> Any:
-        try:
-            import hyperscan
-        except ImportError:
-            return None
-        try:
-            database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            database.compile(expressions=list(_HYPERSCAN_PATTERNS), ids=list(range(len(_HYPERSCAN_PATTERNS))),
-                             elements=len(_HYPERSCAN_PATTERNS), flags=[0] * len(_HYPERSCAN_PATTERNS))
-        except Exception:  # hyperscan.error (a CPU without the instructions it needs): the Python scan serves
-            return None
-        return database
-
-    def line_starts(self, data: bytes) -> list[int] | None:
-        """Start offsets of the lines of `data` holding a candidate, in order; None without Hyperscan."""
-        database = self.database()
-        if database is None:
-            return None
-        starts: list[int] = []
-        line_end = [-1]  # the end of the last line found: later matches on it add nothing
-        find, rfind = data.find, data.rfind
-
-        is_true = _IS_ERROR_TRUE_TAIL.match
-
-        def on_match(pattern: int, _start: int, end: int, _flags: int, _context: object) -> None:
-            if end > line_end[0] and (pattern != _IS_ERROR_KEY or is_true(data, end) is not None):
-                starts.append(rfind(b"\n", 0, end) + 1)
-                nl = find(b"\n", end)
-                line_end[0] = nl if nl >= 0 else len(data)
-
-        with self._lock:
-            database.scan(data, match_event_handler=on_match)
-        if any(later <= earlier for earlier, later in zip(starts, starts[1:])):
-            return sorted(set(starts))  # Hyperscan reports matches by end offset: never expected, kept exact
-        return starts
-
-
-_HYPERSCAN = _HyperscanScan()
-_HYPERSCAN.database()  # compiled now (a few ms), not on the first output, which a starting loop may be waiting on
-
-
-def scan_engine() -> str:
-    """Which engine finds the candidate lines here: "hyperscan" or "python" (for the benchmark and `--version`)."""
-    return "hyperscan" if _HYPERSCAN.database() is not None else "python"
-
-
 def error_lines_in_chunk(data: bytes) -> list[str]:
     """The error lines of a chunk of whole lines (split on b"\\n"; the caller keeps a partial last line for
     the next chunk). Same result as `error_lines(line.decode("utf-8", "replace"))` over every line, in order,
     at a fraction of the cost: only lines holding a candidate literal are decoded and parsed. (The one
     difference: a JSON string that spells an error word with `\\u` escapes of ASCII letters, which no JSON
-    encoder writes, can be found here and not by `error_lines`.)"""
+    encoder writes, may be read differently here and by `error_lines`.)"""
     out: list[str] = []
-    starts = _HYPERSCAN.line_starts(data)
-    if starts is None:
-        starts = _candidate_line_starts(data)
-    for start in starts:
+    starts, masks = candidate_lines(data)
+    for start, mask in zip(starts, masks):
         end = data.find(b"\n", start)
         raw = data[start : end if end >= 0 else len(data)]
+        if only_in_tool_inputs(raw, literals(mask)):
+            continue  # code the agent writes through a tool, mentioning exceptions: proved without decoding
         out.extend(_candidate_error_lines(raw.decode("utf-8", errors="replace")))
     return out
 

@@ -2,7 +2,7 @@
 
 `{"date": "YYYY-MM-DD", "tokens": N, "cost_usd": X}`; a new UTC day starts from zero. Each call is added
 once, by a read-modify-write under an exclusive lock (`daily-spend.lock`), so no writer's addition is
-lost whoever else writes the file. A corrupt file is moved aside, reported, and today counts from zero.
+lost whoever else writes the file. Written at every call, so without fsync (store.py). A corrupt file is moved aside, reported, and today counts from zero.
 
     >>> spend = add(Path("/tmp/ralph-example/.ralph-supervise"), tokens=1200, cost_usd=0.01, now=0.0)  # doctest: +SKIP
     >>> spend.tokens, spend.cost_usd                                                                   # doctest: +SKIP
@@ -84,5 +84,5 @@ def add(state_dir: Path, tokens: int, cost_usd: float, now: float) -> tuple[Dail
         spend, warning = load(state_dir, now)
         spend = DailySpend(spend.date, spend.tokens + max(0, tokens), spend.cost_usd + max(0.0, cost_usd))
         store.atomic_write_json(path(state_dir), {"date": spend.date, "tokens": spend.tokens,
-                                                  "cost_usd": round(spend.cost_usd, 6)})
+                                                  "cost_usd": round(spend.cost_usd, 6)}, durable=False)
     return spend, warning

@@ -52,8 +52,10 @@ class History:
         self._file = RotatingFile(path(state_dir), MAX_BYTES, TOTAL_BYTES, whole_lines=True, on_error=on_error)
 
     def record(self, decision: Decision) -> dict[str, Any]:
+        """Append the transition's line durably (fsync): a transition is rare and must survive any crash."""
         line = entry(decision)
         self._file.write((json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8"))
+        self._file.sync()
         return line
 
     def files(self) -> list[Path]:

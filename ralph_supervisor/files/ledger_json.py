@@ -2,6 +2,8 @@
 
 So `ralph-supervise check -f STATE_DIR/ledger.json`, or loop-context itself, can judge a live loop.
 Bounded: the last `MAX_ATTEMPTS` attempts are kept (the rules judge the recent tail), across runs.
+Rewritten at every call, so cheaply: each attempt's JSON is made once, the file is those pieces joined
+(the same text as `dump_ledger`), written atomically without fsync (store.py: per-call bookkeeping).
 
     >>> ledger = Ledger(Path("/tmp/ralph-example/.ralph-supervise"), goal="supervised: ./ralph_loop.sh")
     >>> ledger.append(report)   # doctest: +SKIP
@@ -42,13 +44,30 @@ class Ledger:
         attempts = data.get("attempts") if data else None
         if isinstance(attempts, list):
             self.attempts = [a for a in attempts if isinstance(a, dict)][-MAX_ATTEMPTS:]
+        self._pieces = [_piece(a) for a in self.attempts]
+        """Each attempt as the file holds it (indented JSON): made once, joined at every write."""
 
     def append(self, report: IterationReport) -> None:
         """Add the iteration's attempt and rewrite the file atomically. Raises OSError (a full disk)."""
-        self.attempts.append(attempt_dict(report.number, action_summary(report), outcome_of(report),
-                                          report.first_error or None, report.tokens or 0))
+        attempt = attempt_dict(report.number, action_summary(report), outcome_of(report),
+                               report.first_error or None, report.tokens or 0)
+        self.attempts.append(attempt)
+        self._pieces.append(_piece(attempt))
         del self.attempts[:-MAX_ATTEMPTS]
-        store.atomic_write_text(path(self.state_dir), dump_ledger(self.goal, self.attempts))
+        del self._pieces[:-MAX_ATTEMPTS]
+        store.atomic_write_text(path(self.state_dir), self.text(), durable=False)
+
+    def text(self) -> str:
+        """The file's text: `dump_ledger(goal, attempts)`, from the pieces."""
+        if not self._pieces:
+            return dump_ledger(self.goal, [])
+        goal = json.dumps(self.goal, ensure_ascii=False)
+        return '{\n  "goal": ' + goal + ',\n  "attempts": [\n' + ",\n".join(self._pieces) + "\n  ]\n}\n"
+
+
+def _piece(attempt: dict[str, Any]) -> str:
+    """One attempt as `dump_ledger` writes it inside the list (two levels deep: four spaces more)."""
+    return "    " + json.dumps(attempt, indent=2, ensure_ascii=False).replace("\n", "\n    ")
 
 
 def read_attempts(state_dir: Path) -> tuple[list[dict[str, Any]], str | None]:

@@ -1,4 +1,6 @@
-"""`state.json`: the breaker's snapshot, rewritten atomically after every change.
+"""`state.json`: the breaker's snapshot, rewritten atomically after every change: durably (fsync) when the
+breaker changes state, without fsync when only its counters moved (records.py decides; store.py says what
+each survives).
 
 Readers differ only in what they do with a bad file: the supervisor moves it aside and starts CLOSED
 (`load(..., move_bad=True)`); `status`, `watch` and the scripts only read and report (`load` / `read_dict`).
@@ -164,7 +166,7 @@ def load(state_dir: Path, *, move_bad: bool = False) -> tuple[Snapshot | None, s
 
 
 def save(state_dir: Path, snapshot: Snapshot, *, supervisor_pid: int | None = None,
-         limit_until: float | None = None) -> None:
+         limit_until: float | None = None, durable: bool = True) -> None:
     """Write the snapshot atomically, with when and by whom (and, during a usage-limit wait, until when: for
     `ls`, which reads files only). Raises OSError (a full disk): the caller warns."""
     data = snapshot.to_dict()
@@ -172,4 +174,4 @@ def save(state_dir: Path, snapshot: Snapshot, *, supervisor_pid: int | None = No
     if supervisor_pid is not None:
         data["supervisor_pid"] = supervisor_pid
     data["limit_until"] = None if limit_until is None else store.iso_utc(limit_until)
-    store.atomic_write_json(path(state_dir), data)
+    store.atomic_write_json(path(state_dir), data, durable=durable)

@@ -204,6 +204,8 @@ def _self_and_ancestors() -> set[int]:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, rename: a reader sees the old record or the new one."""
+    """Temp file in the same folder, rename: a reader sees the old record or the new one. No fsync: the
+    record is rewritten whenever the tree changes (at every agent call), and after a crash of the machine,
+    the only crash fsync would help with, it names another boot and is not swept anyway."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, data, mode=0o600)
+    atomic_write_bytes(path, data, mode=0o600, durable=False)

@@ -341,11 +341,13 @@ class SnapshotStore:
             raise SnapshotError(errno_kind(exc), f"cannot write {path}: {exc.strerror or exc}") from None
 
     def _write_ref(self, snapshot_id: int, commit: str) -> None:
-        """A loose ref is a file holding the commit (git's own format); written whole or not at all."""
+        """A loose ref is a file holding the commit (git's own format); written whole or not at all. Without
+        fsync (one a call, like the breaker's counters): after a crash of the machine the store is checked
+        before its next use (`_healthy`) and set aside when its latest snapshot is unreadable."""
         path = self.path / f"{REF_PREFIX}{snapshot_id:08d}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            state_files.atomic_write_text(path, commit + "\n")
+            state_files.atomic_write_text(path, commit + "\n", durable=False)
         except OSError as exc:
             raise SnapshotError(errno_kind(exc), f"cannot write {path}: {exc.strerror or exc}") from None
 

@@ -1,0 +1,191 @@
+"""`check`'s quick readings say exactly what the careful ones say.
+
+A loop runs `check` before every iteration, so its start-up is most of its time, and check takes short cuts:
+its common flags read by hand instead of by argparse, the ledger read by json's C scanner without the json
+package, the verdict's JSON written by hand, and a big ledger decoded and validated by msgspec. Each short cut
+either gives what the careful reading gives, or steps aside for it: these properties hold them to that.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from ralph_supervisor import check, ledger, ledger_big
+from ralph_supervisor.ledger import LedgerError, dump_ledger, ledger_from_json, parse_ledger, to_json
+from tests.helpers.fuzzing import CHEAP, MEDIUM, json_values
+from tests.test_check_properties import LEDGER_DOCUMENTS, LEDGER_KEYS, VALID_LEDGER
+
+# ── flags ──────────────────────────────────────────────────────────
+
+FLAG_WORDS = [name for names, _, _ in check.FLAGS for name in names]
+ARGV_WORDS = st.sampled_from(FLAG_WORDS) | st.sampled_from(
+    ["5", "", "-3", "-x", "x y", "-", "--", "-h", "--help", "--ledger=a.json", "-fa.json", "--max-iter", "0.5",
+     "L2", "ci-sweeper", "--json=1", "-5 x", " -1"]
+) | st.text(max_size=6)
+
+
+def argparse_reading(argv: list[str]) -> dict[str, Any] | str:
+    """What argparse makes of argv: its values, or its error."""
+    try:
+        return vars(check._parser().parse_args(argv))
+    except LedgerError as exc:
+        return f"error: {exc}"
+
+
+WELL_FORMED_ARGV = st.lists(
+    st.tuples(st.sampled_from([n for n in FLAG_WORDS if n not in check._SWITCHES]), st.text(max_size=5))
+    | st.tuples(st.sampled_from(sorted(check._SWITCHES))),
+    max_size=5,
+).map(lambda pairs: [word for pair in pairs for word in pair])
+
+
+@CHEAP
+@given(argv=st.lists(ARGV_WORDS, max_size=6) | WELL_FORMED_ARGV)
+@example(argv=["--ledger", "-5"])
+@example(argv=["-f", "a", "--json", "-f", "b"])
+@example(argv=["--window", ""])
+def test_the_quick_flag_reading_is_argparses_or_steps_aside(argv: list[str]) -> None:
+    quick = check.read_flags(argv)
+    assert quick is None or quick == argparse_reading(argv)
+
+
+def test_the_common_forms_are_read_quickly_and_the_rest_by_argparse() -> None:
+    assert check.read_flags(["-f", "l.json", "--json", "--stagnation", "4", "--check"]) is not None
+    for argv in (["--help"], ["--ledger=l.json"], ["--max-iterations", "-1"], ["stray"], ["--max-iterations"]):
+        assert check.read_flags(argv) is None, argv
+
+
+# ── the ledger's JSON ──────────────────────────────────────────────
+
+
+def json_loads(text: str) -> Any:
+    return json.loads(text, parse_constant=ledger._reject_constant)
+
+
+VALID_TEXT = VALID_LEDGER.map(lambda ledger: dump_ledger(*ledger))
+SPACE = st.text(" \t\n\r\f\u00a0", max_size=3)
+
+
+@MEDIUM
+@given(text=LEDGER_DOCUMENTS | VALID_TEXT | json_values(LEDGER_KEYS).map(json.dumps), before=SPACE, after=SPACE)
+@example(text="{}", before="\ufeff", after="")
+@example(text='{"a": NaN}', before="", after="")
+@example(text='{"a": 1e999}', before="", after="")
+@example(text='{"a": 1, "a": 2}', before="", after="")
+@example(text='"\\ud800"', before="", after="")
+@example(text="[" * 50_000, before="", after="")
+@example(text="1" * 5000, before="", after="")
+@example(text="{} x", before="", after="")
+def test_the_c_scanner_reads_json_as_json_loads_does(text: str, before: str, after: str) -> None:
+    document = before + text + after
+    try:
+        expected = json_loads(document)
+    except (ValueError, RecursionError):
+        with pytest.raises(Exception):
+            ledger._quick_json(document)
+        return
+    assert ledger._quick_json(document) == expected
+
+
+SCALARS = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20) | st.sampled_from(
+    ["\ud83d\ude00", "\ud800", "a\udc00b", "\ud83d", "\x00\x1f\x7f", '"\\/\b\f\n\r\t', "\u2028é😀"]
+)
+
+
+def json_dumps_like_loop_context(value: dict[str, Any], indent: int | None) -> str:
+    """What to_json wrote when it was json.dumps, split surrogate pairs joined and lone ones escaped."""
+    import re
+
+    separators = (",", ":") if indent is None else None
+    text = json.dumps(value, ensure_ascii=False, indent=indent, separators=separators)
+    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+@CHEAP
+@given(value=st.dictionaries(st.text(max_size=8) | st.sampled_from(["\ud800", "k\n"]), SCALARS, max_size=6),
+       indent=st.sampled_from([None, 0, 2, 4]))
+def test_to_json_writes_what_json_dumps_writes(value: dict[str, Any], indent: int | None) -> None:
+    assert to_json(value, indent) == json_dumps_like_loop_context(value, indent)
+
+
+def test_to_json_refuses_what_a_verdict_never_holds() -> None:
+    with pytest.raises(TypeError, match="to_json writes strings, integers, booleans and null"):
+        to_json({"a": 1.5})
+
+
+# ── a big ledger, read by msgspec ──────────────────────────────────
+
+
+def fields(read: ledger.Ledger) -> tuple[Any, ...]:
+    return read.goal, [(a.action, a.outcome, a.error, a.tokens_used, a.iteration) for a in read.attempts]
+
+
+@MEDIUM
+@given(text=LEDGER_DOCUMENTS | VALID_TEXT, as_bytes=st.booleans())
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "tokensUsed": 5.0}]}', as_bytes=False)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "tokensUsed": null}]}', as_bytes=False)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "note": [[[1]]]}]}', as_bytes=False)
+@example(text='{"goal": "g", "attempts": [], "x": ' + "[" * 5000 + "]" * 5000 + "}", as_bytes=False)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "iteration": 1' + "0" * 4300 + "}]}",
+         as_bytes=False)
+@example(text='{"goal": "\\ud800", "attempts": []}', as_bytes=True)
+@example(text='{"goal": "g", "goal": "h", "attempts": [{"action": "a", "action": 5, "outcome": "noop"}]}',
+         as_bytes=False)
+def test_msgspec_reads_a_ledger_as_ledger_py_does_or_steps_aside(text: str, as_bytes: bool) -> None:
+    big = ledger_big.decode(text.encode("utf-8", "surrogatepass") if as_bytes else text)
+    if big is None:
+        return
+    assert fields(big) == fields(ledger_from_json(json_loads(text)))
+
+
+def test_a_big_ledger_is_read_by_msgspec_and_decided_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts = [{"iteration": i, "action": f"try {i % 3}", "outcome": "failure", "error": f"Error: port {i}",
+                 "tokensUsed": i} for i in range(200)]
+    text = dump_ledger("g", attempts)
+    small = parse_ledger(text)
+    monkeypatch.setattr(ledger, "BIG_LEDGER_CHARS", 0)
+    big = parse_ledger(text.encode())
+    assert type(big.attempts[0]) is ledger_big.BigAttempt and fields(big) == fields(small)
+    assert ledger.check_breaker(big) == ledger.check_breaker(small)
+    bad = text.replace('"tokensUsed": 7\n', '"tokensUsed": "7"\n')
+    with pytest.raises(LedgerError, match=r"attempts\[7\]\.tokensUsed must be a non-negative integer"):
+        parse_ledger(bad.encode())
+    with pytest.raises(LedgerError, match="not UTF-8 text"):
+        parse_ledger(b'{"goal": "\xff", "attempts": []}')
+
+
+def test_without_msgspec_a_big_ledger_is_read_by_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger, "BIG_LEDGER_CHARS", 0)
+    monkeypatch.setitem(sys.modules, "ralph_supervisor.ledger_big", None)  # `import` raises ImportError
+    read = parse_ledger(b'{"goal": "g", "attempts": [{"action": "a", "outcome": "noop"}]}')
+    assert type(read.attempts[0]) is ledger.Attempt and fields(read) == ("g", [("a", "noop", None, 0, None)])
+
+
+# ── what the lean path loads ───────────────────────────────────────
+
+
+def test_a_check_with_no_failure_run_imports_no_json_re_argparse_typing_or_dataclasses(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text(dump_ledger("g", [{"iteration": 1, "action": "a", "outcome": "success", "tokensUsed": 3}]))
+    root = str(Path(__file__).resolve().parents[1])
+    probe = (
+        f"import sys; sys.path.insert(0, {root!r}); from ralph_supervisor.entry import main; "
+        "main(['check', '-f', sys.argv[1], '--json']); sys.stdout.flush(); print(*sorted(sys.modules), file=sys.stderr)"
+    )
+    # -S: no site, so an editable install's import hook (which loads more) is not counted
+    done = subprocess.run([sys.executable, "-S", "-c", probe, str(path)], capture_output=True, timeout=30)
+    assert json.loads(done.stdout)["trigger"] == "ok", done.stderr
+    loaded = set(done.stderr.decode().split())
+    heavy = {"json", "re", "argparse", "typing", "dataclasses", "collections", "functools", "enum", "msgspec",
+             "pathlib", "ralph_supervisor.ledger_inject", "ralph_supervisor.ledger_daily", "ralph_supervisor.ledger_big"}
+    assert heavy & loaded == set()
+    assert {"ralph_supervisor.check", "ralph_supervisor.ledger"} <= loaded
