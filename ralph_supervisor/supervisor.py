@@ -272,11 +272,11 @@ class Supervisor:
         self.calls = CallWatcher(self.tracker, self.workspace, self._ws_pool, settings.iteration_process,
                                  CallHooks(started=self._call_started, build=self._build_report, report=self._observe,
                                            settle_output=self._settle_output, marks=self.tap.marks))
-        self.actions.calls = self.calls
+        self.actions.calls = self.calls.gate
         self.actions.hold = self.cgroup.hold if self.cgroup is not None else None  # an atomic pause
         # the shims go in this run's private folder, neither in the workspace nor in the state folder
         boxed = settings.sandbox == "bwrap"
-        self._child_env = (self.calls.prepare(run_dir, self._child_environment(), owner_pid=1 if boxed else None)
+        self._child_env = (self.calls.prepare(run_dir, self._child_environment(), boxed=boxed)
                            if run_dir is not None else self._child_environment())
         if boxed:  # the box has PIDs of its own: the shims' notices name those
             self.calls.box_namespace = lambda: box_namespace(self.child.pid) if self.child is not None else None
@@ -430,7 +430,7 @@ class Supervisor:
 
     def _spawn(self) -> None:
         settings = self.settings
-        self.calls.release()  # a restart after a stop: its calls may run
+        self.calls.gate.release()  # a restart after a stop: its calls may run
         argv, env = list(settings.command), self._child_env
         if self.box is not None:
             problem = self.box.problem() or self.box.probe()  # nothing is spawned in a box that cannot be made

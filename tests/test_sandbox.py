@@ -26,7 +26,7 @@ from ralph_supervisor.sandbox import Bind, Box, box_environment, keep_variable
 from tests.helpers import executable, wait_for
 from tests.helpers.fault_procs import MARK_VAR, cli, marked, states, wait_gone
 from tests.helpers.runs import Run
-from tests.helpers.supervise import events
+from tests.helpers.supervise import events, history
 
 BWRAP = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap (bwrap) is not installed "
@@ -350,3 +350,77 @@ def test_a_notice_forged_from_inside_the_box_is_no_call(boxed: Run, tmp_path: Pa
     assert len(started) == 1 and started[0]["pid"] != forged[0]["pid"], started
     finished = events(boxed.state_dir, "iteration_finished")
     assert len(finished) == 1 and "real.txt" in finished[0]["paths"], finished
+
+
+# ------------------------------------------------------------------ the notices' channel: a box cannot silence a call
+
+# The loop's side of the attack: every notice file of the next 1,000 PIDs leads to /dev/null (no file, no event;
+# planted by one process, so that planting burns no PIDs), whatever notice file is made anyway is deleted at
+# once, and so is the refuse flag, where it can be.
+SILENCER = ('calls="${PATH%%:*}/../calls"; '
+            'python3 -c \'import os, sys\nfor p in range(int(sys.argv[2]), int(sys.argv[2]) + 1000):\n'
+            '    try: os.symlink("/dev/null", f"{sys.argv[1]}/{p}")\n    except OSError: pass\' "$calls" $$; '
+            '( while :; do for f in "$calls"/*; do [ -L "$f" ] || rm -f "$f"; done; '
+            '[ -e "$calls/../refuse" ] && rm -f "$calls/../refuse" 2>/dev/null; done ) & ')
+STEP_AGENT = ("#!/bin/sh\necho \"step $*\" > \"step_$$.txt\"\n"
+              "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_box_that_deletes_and_redirects_its_notices_still_has_every_call_counted_exactly(
+        boxed: Run, tmp_path: Path) -> None:
+    """Each call's record in the channel still counts: the box can write to the channel, never take from it."""
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", STEP_AGENT)
+    script = SILENCER + "for i in 1 2 3 4 5 6; do claude -p \"step $i\"; done; kill $!"
+    boxed.start(*SANDBOXED, "--", "bash", "-c", script, env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(90) == 0, boxed.stderr.decode(errors="replace")[-3000:]
+    assert len(list(boxed.workspace.glob("step_*.txt"))) == 6
+    finished = events(boxed.state_dir, "iteration_finished")
+    assert len(finished) == 6, finished
+    steps = [[path for path in e["paths"] if path.startswith("step_")] for e in finished]  # (marks/ is the test's)
+    assert all(len(own) == 1 for own in steps), ("each call its own file", finished)
+    assert sorted(own[0] for own in steps) == sorted(p.name for p in boxed.workspace.glob("step_*.txt"))
+    assert events(boxed.state_dir, "agent_call_forged") == []
+    assert marked(boxed.mark) == []
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_stop_refuses_the_boxed_loops_calls_though_it_deletes_every_notice(boxed: Run, tmp_path: Path) -> None:
+    agent = executable(tmp_path / "tools" / "agentbin", "claude",
+                       "#!/bin/sh\nsleep 0.02\necho 'Error: Claude Code cannot be launched inside another Claude "
+                       "Code session.' >&2\nexit 1\n")
+    script = SILENCER + "trap '' TERM; while :; do claude -p go --output-format json; sleep 0.1; done"
+    boxed.start(*SANDBOXED, "--on-open", "stop", "--no-progress", "100", "--grace", "2", "--", "bash", "-c", script,
+                env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(90) == 2, boxed.stderr.decode(errors="replace")[-3000:]
+    opened = [h for h in history(boxed.state_dir) if h["to"] == "OPEN"]
+    stopped = events(boxed.state_dir, "tree_stopped")[-1]
+    assert stopped["refused"] >= 1, "the loop ignored TERM and kept calling: its shims refused, and said so"
+    assert stopped["survivors"] == 0
+    started = [e["iteration"] for e in events(boxed.state_dir, "iteration_started")]
+    assert opened and max(started) <= opened[0]["iteration"] + 2, (started, opened)
+    assert events(boxed.state_dir, "agent_call_refused"), "the refusals came through the channel"
+    assert marked(boxed.mark) == []
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_record_forged_into_the_channel_is_no_call(boxed: Run, tmp_path: Path) -> None:
+    agent = executable(tmp_path / "tools" / "agentbin", "claude",
+                       "#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
+                       "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+    # The loop's shell tells the channel of a call naming itself, and of a missing agent naming its `sleep`.
+    forge = ("channel=\"${PATH%%:*}/../channel\"; sleep 5 & "
+             "printf 'v1\\0call\\0claude\\0%s\\0\\0/usr/bin/claude\\0%s\\0\\n' $$ 0 > \"$channel\"; "
+             "printf 'v1\\0missing\\0claude\\0%s\\0\\0/usr/bin\\0%s\\0\\n' $! 0 > \"$channel\"; "
+             "sleep 1.5; claude -p real; sleep 0.3; kill $!")
+    boxed.start(*SANDBOXED, "--", "bash", "-c", forge, env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(60) == 0
+    forged = events(boxed.state_dir, "agent_call_forged")
+    assert sorted(e["kind"] for e in forged) == ["call", "missing"], forged
+    started = events(boxed.state_dir, "iteration_started")
+    assert len(started) == 1 and started[0]["pid"] != forged[0]["pid"], started
+    finished = events(boxed.state_dir, "iteration_finished")
+    assert len(finished) == 1 and "real.txt" in finished[0]["paths"] and not finished[0].get("blocked"), finished
