@@ -387,9 +387,9 @@ class CallWatcher:
         if running is None or running.container is None:
             return []
         if running.container_pid is None:
-            if not running.asked_engine:
+            if not running.asked_engine and self._loop is not None:  # never the workspace's own worker
                 running.asked_engine = True
-                self.pool.submit(self._ask_container_pid, running)
+                self._loop.run_in_executor(None, self._ask_container_pid, running)
             return []
         return processes_of(running.container_pid)
 

@@ -122,7 +122,7 @@ def announcer_args(cmdline: Sequence[str], notice: Notice, is_shim: Callable[[st
     ('-p', 'go')
     """
     for index, arg in enumerate(cmdline[:3]):
-        if is_shim(arg) or arg == notice.target or os.path.basename(arg) == notice.name:
+        if is_shim(arg) or (notice.target and arg == notice.target) or os.path.basename(arg) == notice.name:
             return tuple(cmdline[index + 1:])
     return None
 
@@ -316,4 +316,6 @@ class NoticeReader:
         if host is None:
             host = self._host(notice.pid)
         log.warning("agent_call_forged", pid=host, name=notice.name, kind=notice.kind, note=note)
+        with self._lock:
+            self._announced.pop(notice.pid, None)  # it hides no process from the sampler
         self.shims.judged(notice.pid)
