@@ -196,8 +196,7 @@ class NoticeReader:
     def strays(self, now: float, watched: bool, final: bool = False) -> list[Announcement]:
         """Tick: notices no watcher thread took (polling mode, an event lost in an overflow; in a box, a record
         whose file was never made). `watched`: the watcher reads the folder, so only the old ones; `final`:
-        the loop is over, so all of them."""
-        watched = watched and not final
+        the loop is over, so every record, however young."""
         try:
             entries = sorted(os.scandir(self.shims.calls), key=lambda e: e.name)
         except OSError:
