@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,17 @@ def agent_dir(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.fixture
+def reader(tmp_path: Path) -> Iterator[NoticeReader]:
+    """A reader of a channel, as in a box (without one: the PIDs are ours)."""
+    shims = install_shims(tmp_path / "shims", ["claude"], channel=True)
+    reader = NoticeReader(shims, NoticeChannel(shims.channel))
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
 def run_shim(shims_path: str, *args: str) -> int:
     return subprocess.run(["/bin/bash", "-c", 'claude "$@"', "loop", *args], env={**os.environ, "PATH": shims_path},
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30).returncode
@@ -136,62 +148,51 @@ def test_a_shim_tells_the_channel_one_line_the_file_notice_agrees_with(tmp_path:
 
 
 def test_the_reader_counts_a_record_whose_file_was_deleted_and_ignores_a_file_no_shim_told_of(
-        tmp_path: Path, agent_dir: Path) -> None:
-    shims = install_shims(tmp_path / "shims", ["claude"], channel=True)
-    reader = NoticeReader(shims, NoticeChannel(shims.channel))
-    try:
-        path = shims.path_for(f"{agent_dir}:/usr/bin:/bin")
-        assert run_shim(path, "-p", "one") == 0 and run_shim(path, "-p", "two") == 0
-        first, second = sorted(shims.calls.iterdir(), key=lambda p: p.stat().st_mtime_ns)
-        os.unlink(second)  # the box deleted it; its event still names it
-        taken = reader.take(first.name)
-        assert taken is not None and taken.notice.args == ("-p", "one") and not taken.unknown_args
-        gone = reader.take(second.name)
-        assert isinstance(gone, Announcement) and gone.notice.pid == int(second.name) == gone.mark
-        assert gone.notice.args == () and gone.unknown_args, "file and process gone: its arguments are lost"
-        assert reader.take(second.name) is None, "one record, one call"
-        forged = Notice("call", "claude", os.getpid(), time.time(), str(agent_dir / "claude"), ("-p", "x"))
-        (shims.calls / str(os.getpid())).write_bytes(
-            "\0".join([NOTICE_VERSION, "call", "claude", str(os.getpid()), str(forged.at), forged.target, "2",
-                       "-p", "x", ""]).encode())
-        assert reader.take(str(os.getpid())) is None, "a file no shim told the channel of"
-        assert not (shims.calls / str(os.getpid())).exists()
-    finally:
-        reader.close()
+        reader: NoticeReader, agent_dir: Path) -> None:
+    shims = reader.shims
+    path = shims.path_for(f"{agent_dir}:/usr/bin:/bin")
+    assert run_shim(path, "-p", "one") == 0 and run_shim(path, "-p", "two") == 0
+    first, second = sorted(shims.calls.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    os.unlink(second)  # the box deleted it; its event still names it
+    taken = reader.take(first.name)
+    assert taken is not None and taken.notice.args == ("-p", "one") and not taken.unknown_args
+    gone = reader.take(second.name)
+    assert isinstance(gone, Announcement) and gone.notice.pid == int(second.name) == gone.mark
+    assert gone.notice.args == () and gone.unknown_args, "file and process gone: its arguments are lost"
+    assert reader.take(second.name) is None, "one record, one call"
+    forged = Notice("call", "claude", os.getpid(), time.time(), str(agent_dir / "claude"), ("-p", "x"))
+    (shims.calls / str(os.getpid())).write_bytes(
+        "\0".join([NOTICE_VERSION, "call", "claude", str(os.getpid()), str(forged.at), forged.target, "2",
+                   "-p", "x", ""]).encode())
+    assert reader.take(str(os.getpid())) is None, "a file no shim told the channel of"
+    assert not (shims.calls / str(os.getpid())).exists()
 
 
-def test_a_record_whose_file_never_came_is_taken_by_the_tick_a_moment_later(tmp_path: Path, agent_dir: Path) -> None:
-    shims = install_shims(tmp_path / "shims", ["claude"], channel=True)
-    reader = NoticeReader(shims, NoticeChannel(shims.channel))
-    try:
-        shims.calls.rmdir()  # no notice file can be made
-        assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
-        now = time.time()
-        assert reader.waiting(), "a record is waiting for its file"
-        assert reader.strays(now, watched=True) == [], "its file may still come"
-        late = reader.strays(now + STRAY_NOTICE_SECONDS + 0.5, watched=True)
-        assert len(late) == 1 and late[0].notice.kind == "call" and not reader.waiting()
-        shims.calls.mkdir()
-        assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
-        assert len(reader.strays(time.time(), watched=True, final=True)) == 1, "the loop is over: all of them now"
-    finally:
-        reader.close()
+def test_a_record_whose_file_never_came_is_taken_by_the_tick_a_moment_later(reader: NoticeReader,
+                                                                           agent_dir: Path) -> None:
+    shims = reader.shims
+    shims.calls.rmdir()  # no notice file can be made
+    assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
+    now = time.time()
+    assert reader.waiting(), "a record is waiting for its file"
+    assert reader.strays(now, watched=True) == [], "its file may still come"
+    late = reader.strays(now + STRAY_NOTICE_SECONDS + 0.5, watched=True)
+    assert len(late) == 1 and late[0].notice.kind == "call" and not reader.waiting()
+    shims.calls.mkdir()
+    assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
+    assert len(reader.strays(time.time(), watched=True, final=True)) == 1, "the loop is over: all of them now"
 
 
-def test_refusals_are_taken_the_moment_the_channel_is_read(tmp_path: Path, agent_dir: Path) -> None:
-    shims = install_shims(tmp_path / "shims", ["claude"], channel=True)
-    reader = NoticeReader(shims, NoticeChannel(shims.channel))
-    try:
-        shims.refuse(True)
-        for _ in range(3):
-            assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 143
-        for notice_file in shims.calls.iterdir():
-            notice_file.unlink()  # what a box does to them
-        refused = reader.refusals()
-        assert [a.notice.kind for a in refused] == ["refused"] * 3
-        assert reader.refusals() == [] and not reader.waiting()
-    finally:
-        reader.close()
+def test_refusals_are_taken_the_moment_the_channel_is_read(reader: NoticeReader, agent_dir: Path) -> None:
+    shims = reader.shims
+    shims.refuse(True)
+    for _ in range(3):
+        assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 143
+    for notice_file in shims.calls.iterdir():
+        notice_file.unlink()  # what a box does to them
+    refused = reader.refusals()
+    assert [a.notice.kind for a in refused] == ["refused"] * 3
+    assert reader.refusals() == [] and not reader.waiting()
 
 
 def test_a_process_is_announced_while_its_record_waits_and_after_it_was_taken(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ whose file was never made)."""
 LINE_BYTES = 8192
 """A line of the channel longer than this is no record (the rest of it is dropped up to its newline)."""
 PENDING_KEPT = 1024
+RECORDS_PER_PID = 8
 
 
 @dataclass(frozen=True)
@@ -162,10 +163,6 @@ class NoticeReader:
         self._announced: dict[int, float] = {}
         """PID named -> announcement time of the notices taken lately (the sampler leaves those alone)."""
 
-    @property
-    def boxed(self) -> bool:
-        return self.channel is not None
-
     # ------------------------------------------------------------------ reading
 
     def take(self, name: str) -> Announcement | None:
@@ -215,7 +212,7 @@ class NoticeReader:
         if self.channel is not None:
             with self._lock:
                 self._drain()
-                due = now if final else now - STRAY_NOTICE_SECONDS
+                due = float("inf") if final else now - STRAY_NOTICE_SECONDS
                 late = [records[-1][0] for records in self._pending.values() if records[-1][1] <= due]
                 for record in late:  # the last one told for its PID (a PID named twice: the others go)
                     del self._pending[record.pid]
@@ -271,7 +268,9 @@ class NoticeReader:
         assert self.channel is not None
         now = time.time()
         for record in self.channel.drain():
-            self._pending.setdefault(record.pid, []).append((record, now))
+            told = self._pending.setdefault(record.pid, [])
+            told.append((record, now))
+            del told[:-RECORDS_PER_PID]
         while len(self._pending) > PENDING_KEPT:
             del self._pending[next(iter(self._pending))]
 
