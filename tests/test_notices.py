@@ -196,6 +196,7 @@ def test_refusals_are_taken_the_moment_the_channel_is_read(reader: NoticeReader,
 
 
 def test_a_process_is_announced_while_its_record_waits_and_after_it_was_taken(tmp_path: Path) -> None:
+    from ralph_supervisor.evidence.call_identity import read_cmdline
     from ralph_supervisor.process.linux import read_stat
 
     shims = install_shims(tmp_path / "shims", ["claude"], channel=True)
@@ -203,7 +204,7 @@ def test_a_process_is_announced_while_its_record_waits_and_after_it_was_taken(tm
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         stat = None
-        while stat is None:
+        while stat is None or "import time; time.sleep(30)" not in read_cmdline(sleeper.pid):  # exec'd
             stat = read_stat(sleeper.pid)
         assert not reader.announced(stat)
         with open(shims.channel, "wb") as fh:

@@ -386,8 +386,44 @@ def test_a_box_that_deletes_and_redirects_its_notices_still_has_every_call_count
 
 
 @needs_bwrap
+def test_in_a_box_a_refusing_shim_holds_though_the_loop_deletes_the_flag_and_every_notice(tmp_path: Path) -> None:
+    """The refusal during a stop is a flag in the shims' read-only part, and each refusal is told to the channel:
+    nothing the box can delete. (A supervised stop TERMs bubblewrap, which takes the box with it at once: the
+    refusal covers the calls that start between the stop's decision and that.)"""
+    from ralph_supervisor.evidence.notices import NoticeChannel, NoticeReader
+    from ralph_supervisor.evidence.shims import install_shims
+
+    reason = _box_works()
+    if reason is not None:
+        pytest.skip(f"bubblewrap cannot make a box here: {reason}")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shims = install_shims(tmp_path / "run" / "shims", ["claude"], supervisor_pid=1, channel=True)
+    reader = NoticeReader(shims, NoticeChannel(shims.channel), box_namespace=lambda: None)
+    try:
+        shims.refuse(True)
+        agent = executable(tmp_path / "tools" / "agentbin", "claude", "#!/bin/sh\necho ran >> ran.txt\n")
+        env = {**os.environ, "PATH": shims.path_for(f"{agent.parent}:{os.environ['PATH']}")}
+        box = Box.plan(workspace=ws, state_dir=tmp_path / "state", env=env, agents=("claude",), shims=shims.root,
+                       shim_writable=(shims.calls, shims.pending), bwrap=BWRAP)
+        script = ('calls="${PATH%%:*}/../calls"; rm -f "$calls/../refuse" 2>&1; '
+                  'for i in 1 2 3; do claude -p go; echo "exit $?"; rm -f "$calls"/*; done')
+        done = subprocess.run(box.wrap(["bash", "-c", script]), env=box.env, cwd=ws, capture_output=True,
+                              timeout=60, check=False)
+        out = done.stdout.decode() + done.stderr.decode()
+        assert out.count("exit 143") == 3 and not (ws / "ran.txt").exists(), out
+        assert "Read-only file system" in out and shims.refuse_flag.exists(), out
+        assert list(shims.calls.iterdir()) == [], "the box deleted every notice file"
+        refused = reader.refusals()
+        assert [a.notice.kind for a in refused] == ["refused"] * 3, "each refusal told to the channel all the same"
+    finally:
+        reader.close()
+
+
+@needs_bwrap
 @pytest.mark.slow
-def test_a_stop_refuses_the_boxed_loops_calls_though_it_deletes_every_notice(boxed: Run, tmp_path: Path) -> None:
+def test_a_stop_ends_a_boxed_loop_that_deletes_every_notice_and_starts_no_call_after_it(boxed: Run,
+                                                                                       tmp_path: Path) -> None:
     agent = executable(tmp_path / "tools" / "agentbin", "claude",
                        "#!/bin/sh\nsleep 0.02\necho 'Error: Claude Code cannot be launched inside another Claude "
                        "Code session.' >&2\nexit 1\n")
@@ -397,11 +433,9 @@ def test_a_stop_refuses_the_boxed_loops_calls_though_it_deletes_every_notice(box
     assert boxed.finish(90) == 2, boxed.stderr.decode(errors="replace")[-3000:]
     opened = [h for h in history(boxed.state_dir) if h["to"] == "OPEN"]
     stopped = events(boxed.state_dir, "tree_stopped")[-1]
-    assert stopped["refused"] >= 1, "the loop ignored TERM and kept calling: its shims refused, and said so"
     assert stopped["survivors"] == 0
     started = [e["iteration"] for e in events(boxed.state_dir, "iteration_started")]
-    assert opened and max(started) <= opened[0]["iteration"] + 2, (started, opened)
-    assert events(boxed.state_dir, "agent_call_refused"), "the refusals came through the channel"
+    assert opened and max(started) <= opened[0]["iteration"] + 2, ("no call once the stop was decided", started)
     assert marked(boxed.mark) == []
 
 
