@@ -333,12 +333,14 @@ def test_a_kernel_without_user_namespaces_is_one_line_and_nothing_is_spawned(tmp
     assert not (tmp_path / "marks" / "ran").exists() and not events(run.state_dir, "child_started")
 
 
+REAL_AGENT = ("#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
+              "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+
+
 @needs_bwrap
 @pytest.mark.slow
 def test_a_notice_forged_from_inside_the_box_is_no_call(boxed: Run, tmp_path: Path) -> None:
-    agent = executable(tmp_path / "tools" / "agentbin", "claude",
-                       "#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
-                       "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", REAL_AGENT)
     # The loop's shell writes a call notice naming itself into the shims' calls/ (writable from inside).
     forge = ("calls=\"${PATH%%:*}/../calls\"; printf 'v1\\0call\\0claude\\0%s\\0\\0/usr/bin/claude\\0%s\\0\\0' $$ 0 "
              "> \"$calls/$$\"; sleep 1; claude -p real; sleep 0.3")
@@ -442,9 +444,7 @@ def test_a_stop_ends_a_boxed_loop_that_deletes_every_notice_and_starts_no_call_a
 @needs_bwrap
 @pytest.mark.slow
 def test_a_record_forged_into_the_channel_is_no_call(boxed: Run, tmp_path: Path) -> None:
-    agent = executable(tmp_path / "tools" / "agentbin", "claude",
-                       "#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
-                       "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", REAL_AGENT)
     # The loop's shell tells the channel of a call naming itself, and of a missing agent naming its `sleep`.
     forge = ("channel=\"${PATH%%:*}/../channel\"; sleep 5 & "
              "printf 'v1\\0call\\0claude\\0%s\\0\\0/usr/bin/claude\\0%s\\0\\n' $$ 0 > \"$channel\"; "
