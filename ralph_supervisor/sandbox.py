@@ -7,7 +7,7 @@ of the run's own with the user's settings read-only in it: agent_folders.py; `--
 `--sandbox-rw`), no `/run` (the session bus, the docker socket) and an environment that is an allow-list.
 The supervisor's state folder is never inside. The shims are bound read-only, with their notice and pending
 folders writable, at the same path as outside (so the refusal during a stop, a file in the read-only part,
-cannot be deleted from inside). The box has a PID namespace of its own (`--unshare-pid`: its `/proc` shows
+cannot be deleted from inside, and the notice channel, a FIFO there, can be written but not removed). The box has a PID namespace of its own (`--unshare-pid`: its `/proc` shows
 its own processes only, never the environment of the user's others): the tree, the pidfds, pause and stop
 see its processes from outside as any others, and a shim's notice, which names the box's PID, is mapped to
 ours through `NSpid` (process/namespace.py).

@@ -181,7 +181,7 @@ class Supervisor:
         # the calls: announced by the shims on PATH, or sampled from the tree (evidence/calls.py)
         self.calls = CallWatcher(self.tracker, self.workspace, self._ws_pool, settings.iteration_process,
                                  self.judge.hooks(marks=self.tap.marks))
-        self.actions.calls = self.calls
+        self.actions.calls = self.calls.gate
         self.child = self._make_child(run_dir)
         self.applier = Applier(settings, breaker=self.breaker, actions=self.actions, child=self.child,
                                cgroup=self.cgroup, records=self.records, warnings=self.warnings, keeper=self.keeper,
@@ -253,7 +253,7 @@ class Supervisor:
         env = child_environment(os.environ, tree_marker=self.tree_marker, state_dir=settings.state_dir)
         boxed = settings.sandbox == "bwrap"
         if run_dir is not None:
-            env = self.calls.prepare(run_dir, env, owner_pid=1 if boxed else None)
+            env = self.calls.prepare(run_dir, env, boxed=boxed)
         if boxed:  # the box has PIDs of its own: the shims' notices name those
             self.calls.box_namespace = lambda: box_namespace(self.child.pid) if self.child.pid is not None else None
         self.box = box_for(settings, env, self.calls.shims, self.tree_marker.partition("=")[0], run_dir)

@@ -3,12 +3,12 @@
 Every action runs off the event loop (the tree may hold hundreds of processes) and under one lock: a
 resume interleaved with a pause could thaw a tree the pause still froze, leaving it running while the
 supervisor believes it paused. Each action logs its event (`tree_paused`, `tree_resumed`, `tree_stopped`)
-and tells the metrics. With a call gate (`calls`, evidence/calls.py's CallWatcher), a pause or a stop
+and tells the metrics. With a call gate (`calls`, evidence/call_gate.py), a pause or a stop
 first holds the calls (no new one may start; the running ones are cut short), a resume releases them, and
 a stop goes in the loop's order (`leader`: the loop's pid) killing agent calls that start meanwhile.
 
     >>> actions = TreeActions(tree, grace=10.0, metrics=metrics, leader=lambda: child_pid)  # doctest: +SKIP
-    >>> actions.calls = calls                                                                  # doctest: +SKIP
+    >>> actions.calls = calls.gate                                                             # doctest: +SKIP
     >>> async with actions.lock:                                                                    # doctest: +SKIP
     ...     await actions.pause(iteration=7)
 """
@@ -17,37 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from ralph_supervisor import events
 from ralph_supervisor.evidence.containers import ContainerCall
-
-from ralph_supervisor.process.linux import ProcStat
 from ralph_supervisor.process.tree import ProcessTree, StopResult
 
 if TYPE_CHECKING:
+    from ralph_supervisor.evidence.call_gate import CallGate
     from ralph_supervisor.terminal import Terminal
 
 log = structlog.get_logger("ralph_supervisor")
-
-
-class CallGate(Protocol):
-    """What the tree actions ask of the agent calls (evidence/calls.py's CallWatcher)."""
-
-    refused: int
-
-    def hold(self, why: str, members: Sequence[ProcStat]) -> None: ...
-
-    def release(self) -> None: ...
-
-    def refuse_process(self, stat: ProcStat) -> bool: ...
-
-    def running_calls(self, members: Sequence[ProcStat]) -> frozenset[tuple[int, int]]: ...
-
-    def running_container(self) -> ContainerCall | None: ...
 
 
 async def _on_container(container: ContainerCall | None, verb: str) -> None:

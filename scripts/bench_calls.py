@@ -6,8 +6,9 @@ sampler alone (the loop puts the agent's folder before the shims on PATH, so the
   - latency: from the moment the agent starts (it writes its own start time first) to the supervisor's
     `iteration_started` event, p50 and the tail over calls of 0.3 s (p99 over the full run's 100 calls a
     side; the quick run's 15 give only their maximum, and say so);
-  - the time a shim adds to a call of `true` (bash -p and /bin/sh shims; baseline: `true` itself), median
-    of interleaved runs, as a loop runs it: `bash -c true` found through PATH;
+  - the time a shim adds to a call of `true` (bash -p and /bin/sh shims, and a bash -p shim as in a box, which
+    tells its notice to the channel too; baseline: `true` itself), median of interleaved runs, as a loop runs
+    it: `true` found through PATH;
   - supervisor CPU while the loop makes 10 calls a second (the default tick vs the tick plus the shims);
   - calls missed out of 1,000 back-to-back calls of a few milliseconds (each writes a new file).
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _benchkit as kit  # noqa: E402
 
+from ralph_supervisor.evidence.notices import NoticeChannel  # noqa: E402
 from ralph_supervisor.evidence.shims import install_shims  # noqa: E402
 from ralph_supervisor.state_folder import default_state_dir  # noqa: E402 - the state is outside the workspace
 from tests.helpers.supervise import events as supervise_events  # noqa: E402
@@ -101,7 +103,9 @@ def latency(calls: int, sampled: bool) -> list[float]:
 def shim_cost(runs: int) -> dict[str, float]:
     tmp = kit.temp_dir("shim-cost")
     shims = {"bash": install_shims(tmp / "bash", ["true"], bash=True),
-             "sh": install_shims(tmp / "sh", ["true"], bash=False)}
+             "sh": install_shims(tmp / "sh", ["true"], bash=False),
+             "boxed": install_shims(tmp / "boxed", ["true"], bash=True, channel=True)}
+    channel = NoticeChannel(shims["boxed"].channel)  # held open, as the supervisor does for a box
     base_path = os.environ["PATH"]
     paths = {"plain": base_path, **{k: s.path_for(base_path) for k, s in shims.items()}}
     times: dict[str, list[float]] = {k: [] for k in paths}
@@ -114,10 +118,12 @@ def shim_cost(runs: int) -> dict[str, float]:
             for s in shims.values():  # judged at once, as the supervisor does: the next call never waits
                 for mark in s.pending.iterdir():
                     mark.unlink()
+            channel.drain()
         if i % 50 == 0:
             for s in shims.values():
                 for notice in s.calls.iterdir():
                     notice.unlink()
+    channel.close()
     return {k: statistics.median(v) * 1000 for k, v in times.items()}
 
 
@@ -248,6 +254,8 @@ def main() -> None:
                 ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
         kit.Row("time a /bin/sh shim adds to a call of `true`", ms(cost["sh"] - cost["plain"]),
                 ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
+        kit.Row("time a bash -p shim adds in a box (its notice told to the channel too)",
+                ms(cost["boxed"] - cost["plain"]), ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
         kit.Row("supervisor CPU, loop making 10 calls a second (shims vs sampler)", f"{cpu_shim.at_ten:.1f} %",
                 f"{cpu_sampled.at_ten:.1f} %", f"{cpu_shim.at_ten / cpu_sampled.at_ten:.2f}" if cpu_sampled.at_ten else "",
                 "< 10 %"),

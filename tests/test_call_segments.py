@@ -115,8 +115,8 @@ def test_the_wait_for_a_call_counts_from_the_loops_start_or_the_last_thaw_never_
     calls = CallWatcher(IterationTracker(["claude"], None), None, None, ["claude"], hooks)  # type: ignore[arg-type]
     calls.child_started(100.0)
     assert calls.waiting_since() == 100.0
-    calls.hold("freeze", [])  # an hour-long limit wait, say
-    calls.release()
+    calls.gate.hold("freeze", [])  # an hour-long limit wait, say
+    calls.gate.release()
     assert calls.waiting_since() >= time.time() - 5, "a thawed loop gets the full --stall to reach its agent"
     calls.tracker.start(0.0, 200.0)
     assert calls.waiting_since() is None, "while a call runs, the stall is the call's silence"
@@ -126,7 +126,7 @@ def test_the_first_quick_calls_words_before_its_notice_was_read_are_its_own() ->
     """The first call has no call before it: its floor is the stream's start, so a reply printed before a
     busy machine read its notice is still its own (its dollars counted), and the loop's banner read before
     the announcement is not."""
-    from ralph_supervisor.evidence.calls import floor_marks
+    from ralph_supervisor.evidence.call_exits import floor_marks
 
     floor = floor_marks(None, {"stdout": 40})
     assert floor == {"stdout": 0}

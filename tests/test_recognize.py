@@ -144,7 +144,7 @@ def test_a_symlinked_script_names_its_agent_through_the_real_process(tmp_path) -
     import subprocess
     import sys
 
-    from ralph_supervisor.evidence.calls import resolved_paths
+    from ralph_supervisor.evidence.call_identity import resolved_paths
 
     cli = tmp_path / "node_modules" / "@anthropic-ai" / "claude-code" / "cli.py"
     cli.parent.mkdir(parents=True)

@@ -26,7 +26,7 @@ from ralph_supervisor.sandbox import Bind, Box, box_environment, keep_variable
 from tests.helpers import executable, wait_for
 from tests.helpers.fault_procs import MARK_VAR, cli, marked, paused, states, wait_gone
 from tests.helpers.runs import Run
-from tests.helpers.supervise import events
+from tests.helpers.supervise import events, history
 
 BWRAP = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap (bwrap) is not installed "
@@ -333,12 +333,14 @@ def test_a_kernel_without_user_namespaces_is_one_line_and_nothing_is_spawned(tmp
     assert not (tmp_path / "marks" / "ran").exists() and not events(run.state_dir, "child_started")
 
 
+REAL_AGENT = ("#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
+              "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+
+
 @needs_bwrap
 @pytest.mark.slow
 def test_a_notice_forged_from_inside_the_box_is_no_call(boxed: Run, tmp_path: Path) -> None:
-    agent = executable(tmp_path / "tools" / "agentbin", "claude",
-                       "#!/bin/sh\necho real > real.txt\nsleep 0.5\n"
-                       "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", REAL_AGENT)
     # The loop's shell writes a call notice naming itself into the shims' calls/ (writable from inside).
     forge = ("calls=\"${PATH%%:*}/../calls\"; printf 'v1\\0call\\0claude\\0%s\\0\\0/usr/bin/claude\\0%s\\0\\0' $$ 0 "
              "> \"$calls/$$\"; sleep 1; claude -p real; sleep 0.3")
@@ -350,3 +352,109 @@ def test_a_notice_forged_from_inside_the_box_is_no_call(boxed: Run, tmp_path: Pa
     assert len(started) == 1 and started[0]["pid"] != forged[0]["pid"], started
     finished = events(boxed.state_dir, "iteration_finished")
     assert len(finished) == 1 and "real.txt" in finished[0]["paths"], finished
+
+
+# ------------------------------------------------------------------ the notices' channel: a box cannot silence a call
+
+# The loop's side of the attack: every notice file of the next 1,000 PIDs leads to /dev/null (no file, no event;
+# planted by one process, so that planting burns no PIDs), whatever notice file is made anyway is deleted at
+# once, and so is the refuse flag, where it can be.
+SILENCER = ('calls="${PATH%%:*}/../calls"; '
+            'python3 -c \'import os, sys\nfor p in range(int(sys.argv[2]), int(sys.argv[2]) + 1000):\n'
+            '    try: os.symlink("/dev/null", f"{sys.argv[1]}/{p}")\n    except OSError: pass\' "$calls" $$; '
+            '( while :; do for f in "$calls"/*; do [ -L "$f" ] || rm -f "$f"; done; '
+            '[ -e "$calls/../refuse" ] && rm -f "$calls/../refuse" 2>/dev/null; done ) & ')
+STEP_AGENT = ("#!/bin/sh\necho \"step $*\" > \"step_$$.txt\"\n"
+              "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\"}'\n")
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_box_that_deletes_and_redirects_its_notices_still_has_every_call_counted_exactly(
+        boxed: Run, tmp_path: Path) -> None:
+    """Each call's record in the channel still counts: the box can write to the channel, never take from it."""
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", STEP_AGENT)
+    script = SILENCER + "for i in 1 2 3 4 5 6; do claude -p \"step $i\"; done; kill $!"
+    boxed.start(*SANDBOXED, "--", "bash", "-c", script, env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(90) == 0, boxed.stderr.decode(errors="replace")[-3000:]
+    assert len(list(boxed.workspace.glob("step_*.txt"))) == 6
+    finished = events(boxed.state_dir, "iteration_finished")
+    assert len(finished) == 6, finished
+    steps = [[path for path in e["paths"] if path.startswith("step_")] for e in finished]  # (marks/ is the test's)
+    assert all(len(own) == 1 for own in steps), ("each call its own file", finished)
+    assert sorted(own[0] for own in steps) == sorted(p.name for p in boxed.workspace.glob("step_*.txt"))
+    assert events(boxed.state_dir, "agent_call_forged") == []
+    assert marked(boxed.mark) == []
+
+
+@needs_bwrap
+def test_in_a_box_a_refusing_shim_holds_though_the_loop_deletes_the_flag_and_every_notice(tmp_path: Path) -> None:
+    """The refusal during a stop is a flag in the shims' read-only part, and each refusal is told to the channel:
+    nothing the box can delete. (A supervised stop TERMs bubblewrap, which takes the box with it at once: the
+    refusal covers the calls that start between the stop's decision and that.)"""
+    from ralph_supervisor.evidence.notices import NoticeChannel, NoticeReader
+    from ralph_supervisor.evidence.shims import install_shims
+
+    reason = _box_works()
+    if reason is not None:
+        pytest.skip(f"bubblewrap cannot make a box here: {reason}")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shims = install_shims(tmp_path / "run" / "shims", ["claude"], supervisor_pid=1, channel=True)
+    reader = NoticeReader(shims, NoticeChannel(shims.channel), box_namespace=lambda: None)
+    try:
+        shims.refuse(True)
+        agent = executable(tmp_path / "tools" / "agentbin", "claude", "#!/bin/sh\necho ran >> ran.txt\n")
+        env = {**os.environ, "PATH": shims.path_for(f"{agent.parent}:{os.environ['PATH']}")}
+        box = Box.plan(workspace=ws, state_dir=tmp_path / "state", env=env, agents=("claude",), shims=shims.root,
+                       shim_writable=(shims.calls, shims.pending), bwrap=BWRAP)
+        script = ('calls="${PATH%%:*}/../calls"; rm -f "$calls/../refuse" 2>&1; '
+                  'for i in 1 2 3; do claude -p go; echo "exit $?"; rm -f "$calls"/*; done')
+        done = subprocess.run(box.wrap(["bash", "-c", script]), env=box.env, cwd=ws, capture_output=True,
+                              timeout=60, check=False)
+        out = done.stdout.decode() + done.stderr.decode()
+        assert out.count("exit 143") == 3 and not (ws / "ran.txt").exists(), out
+        assert "Read-only file system" in out and shims.refuse_flag.exists(), out
+        assert list(shims.calls.iterdir()) == [], "the box deleted every notice file"
+        refused = reader.refusals()
+        assert [a.notice.kind for a in refused] == ["refused"] * 3, "each refusal told to the channel all the same"
+    finally:
+        reader.close()
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_stop_ends_a_boxed_loop_that_deletes_every_notice_and_starts_no_call_after_it(boxed: Run,
+                                                                                       tmp_path: Path) -> None:
+    agent = executable(tmp_path / "tools" / "agentbin", "claude",
+                       "#!/bin/sh\nsleep 0.02\necho 'Error: Claude Code cannot be launched inside another Claude "
+                       "Code session.' >&2\nexit 1\n")
+    script = SILENCER + "trap '' TERM; while :; do claude -p go --output-format json; sleep 0.1; done"
+    boxed.start(*SANDBOXED, "--on-open", "stop", "--no-progress", "100", "--grace", "2", "--", "bash", "-c", script,
+                env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(90) == 2, boxed.stderr.decode(errors="replace")[-3000:]
+    opened = [h for h in history(boxed.state_dir) if h["to"] == "OPEN"]
+    stopped = events(boxed.state_dir, "tree_stopped")[-1]
+    assert stopped["survivors"] == 0
+    started = [e["iteration"] for e in events(boxed.state_dir, "iteration_started")]
+    assert opened and max(started) <= opened[0]["iteration"] + 2, ("no call once the stop was decided", started)
+    assert marked(boxed.mark) == []
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_record_forged_into_the_channel_is_no_call(boxed: Run, tmp_path: Path) -> None:
+    agent = executable(tmp_path / "tools" / "agentbin", "claude", REAL_AGENT)
+    # The loop's shell tells the channel of a call naming itself, and of a missing agent naming its `sleep`.
+    forge = ("channel=\"${PATH%%:*}/../channel\"; sleep 5 & "
+             "printf 'v1\\0call\\0claude\\0%s\\0\\0/usr/bin/claude\\0%s\\0\\n' $$ 0 > \"$channel\"; "
+             "printf 'v1\\0missing\\0claude\\0%s\\0\\0/usr/bin\\0%s\\0\\n' $! 0 > \"$channel\"; "
+             "sleep 1.5; claude -p real; sleep 0.3; kill $!")
+    boxed.start(*SANDBOXED, "--", "bash", "-c", forge, env={"PATH": f"{agent.parent}:{os.environ['PATH']}"})
+    assert boxed.finish(60) == 0
+    forged = events(boxed.state_dir, "agent_call_forged")
+    assert sorted(e["kind"] for e in forged) == ["call", "missing"], forged
+    started = events(boxed.state_dir, "iteration_started")
+    assert len(started) == 1 and started[0]["pid"] != forged[0]["pid"], started
+    finished = events(boxed.state_dir, "iteration_finished")
+    assert len(finished) == 1 and "real.txt" in finished[0]["paths"] and not finished[0].get("blocked"), finished

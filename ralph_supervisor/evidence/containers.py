@@ -8,7 +8,6 @@ the engine wrote to `--cidfile`, or by the container `exec` names. A call whose 
 is observed, not controlled, and that is said once.
 
     >>> from ralph_supervisor.agents.recognize import Container
-from ralph_supervisor.process.helpers import HELPERS
     >>> reference(Container("docker", "exec", "box", None), read=lambda path: None)
     'box'
 """
@@ -16,6 +15,7 @@ from ralph_supervisor.process.helpers import HELPERS
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ import structlog
 
 from ralph_supervisor.agents.recognize import Container
 from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.process.linux import ProcStat, descendant_stats, read_stat
 
 log = structlog.get_logger(__name__)
 
@@ -94,3 +95,24 @@ class ContainerCall:
                         error=err.decode(errors="replace").strip()[:300])
             return None
         return out.decode(errors="replace")
+
+
+def ask_host_pid(current: Callable[[], ContainerCall | None], tries: int = 20, pause: float = 0.25) -> int | None:
+    """Off the event loop: the first process of the container `current()` names, asked of its engine until it
+    tells (a `--cidfile` is written a moment after the client starts); None once the call is over (`current()`
+    None) or the engine never told."""
+    for _ in range(tries):
+        container = current()
+        if container is None:
+            return None
+        pid = container.host_pid()
+        if pid is not None:
+            return pid
+        time.sleep(pause)
+    return None
+
+
+def processes_of(pid: int) -> list[ProcStat]:
+    """A container's first process on this machine and its descendants (outside our tree)."""
+    first = read_stat(pid)
+    return ([first] if first is not None else []) + (descendant_stats(pid) or [])

@@ -34,6 +34,16 @@ A notice is NUL-separated: `v1, kind (call|missing|refused), name, pid, time, ta
 time is `$EPOCHREALTIME` under bash (empty under sh: the file's mtime serves), and target the real agent's
 path (call) or the `PATH` searched (missing).
 
+In a box (`--sandbox`), whose processes can write into `calls/` (and so delete a notice before it is read),
+each notice is told a second time, first, as one record into `STATE/shims/channel`: a FIFO the supervisor
+holds open, in the read-only part of the bind, mode 0200, so the box can write to it but neither read,
+delete nor replace it (evidence/notices.py reads it). A record is the notice without its arguments, one
+line: `v1, kind, name, pid, time, target, argc` NUL-separated, then a newline. bash's `printf` writes it in
+one `write()` (its stdout is line-buffered), and with the target left empty when it is long or
+holds a newline, a record is far below PIPE_BUF: atomic, never interleaved with another shim's. Opening the
+FIFO would wait for a reader with no supervisor; the box's init (the shims' `supervisor_pid` there) and its
+processes die with the supervisor (`--die-with-parent`), so a box never outlives its reader.
+
 Usage:
 
     shims = install_shims(state_dir / "shims", ["claude", "codex"])
@@ -89,6 +99,11 @@ class ShimDir:
     @property
     def refuse_flag(self) -> Path:
         return self.root / "refuse"
+
+    @property
+    def channel(self) -> Path:
+        """The box's notices, one record a line (a FIFO: only with `install_shims(channel=True)`)."""
+        return self.root / "channel"
 
     @property
     def tick(self) -> Path:
@@ -165,17 +180,37 @@ def _notice(kind: str, name: str, at: str, target: str, calls: Path) -> str:
             f"{target} \"$#\"; printf '%s\\0' \"$@\"; }} 2>/dev/null >{shlex.quote(str(calls))}/\"$$\"")
 
 
-def shim_script(name: str, shims: ShimDir, bash: str | None, supervisor_pid: int = 0) -> str:
+RECORD_TARGET_CHARS = 512
+"""A longer target (a `PATH` searched, most likely) goes into the file notice only: a record stays atomic."""
+
+
+def _record(kind: str, name: str, at: str, target: str, channel: Path | None) -> str:
+    """The shim's lines telling the channel (nothing without one): one printf, one write of one line, the
+    target only when it is one short line (`_rs_t`). `at` must be the file notice's own (`_rs_a`)."""
+    if channel is None:
+        return ""
+    stamp = "_rs_a=$EPOCHREALTIME\n" if at == '"$_rs_a"' else ""  # one time for the record and its file
+    sane = ("_rs_t=\n" if target == "''" else
+            f"case {target} in *'\n'*) _rs_t= ;; *) _rs_t={target} ;; esac\n"
+            f"[ \"${{#_rs_t}}\" -le {RECORD_TARGET_CHARS} ] || _rs_t=\n")
+    return (f"{stamp}{sane}printf '{NOTICE_VERSION}\\0{kind}\\0%s\\0%s\\0%s\\0%s\\0%s\\0\\n' {shlex.quote(name)} \"$$\" {at} "
+            f"\"$_rs_t\" \"$#\" 2>/dev/null >{shlex.quote(str(channel))}\n")
+
+
+def shim_script(name: str, shims: ShimDir, bash: str | None, supervisor_pid: int = 0,
+                channel: bool = False) -> str:
     """The text of one shim. Pure. `bash`: the bash to run it (None: /bin/sh); `supervisor_pid`: the
-    supervisor whose verdicts it waits for (0: none to wait for)."""
+    supervisor whose verdicts it waits for (0: none to wait for); `channel`: each notice is told to the
+    channel too (a box)."""
     q = shlex.quote
+    told = shims.channel if channel else None
     steps = int(GATE_SECONDS / 0.01) if supervisor_pid else 0
     # bash waits on a FIFO nobody writes (a builtin: no process to fork, which a frozen tree would keep as a
     # zombie); sh has no `read -t`, so it forks a sleep
     step = (f"read -r -t 0.01 _rs_w <>{q(str(shims.tick))} 2>/dev/null" if bash else "sleep 0.01 2>/dev/null || break")
     held = (f"read -r -t 0.1 _rs_w <>{q(str(shims.tick))} 2>/dev/null" if bash else "sleep 0.1 2>/dev/null || break")
     hold = q(str(shims.hold_flag))
-    at = '"$EPOCHREALTIME"' if bash else "''"
+    at = ('"$_rs_a"' if channel else '"$EPOCHREALTIME"') if bash else "''"
     run = f'exec -a {q(name)} "$_rs_x" "$@"' if bash else 'exec "$_rs_x" "$@"'
     return f"""#!{bash + ' -p' if bash else '/bin/sh'}
 # ralph-supervise: a call of {name} starts here. Tell the supervisor, then run the real {name} found on the
@@ -194,7 +229,7 @@ while [ ! -e {q(str(shims.refuse_flag))} ] && [ -d /proc/{supervisor_pid} ] && {
 if [ -e {hold} ]; then {held}; else {step}; _rs_n=$((_rs_n + 1)); fi
 done
 if [ -e {q(str(shims.refuse_flag))} ]; then
-{_notice("refused", name, at, "''", shims.calls)}
+{_record("refused", name, at, "''", told)}{_notice("refused", name, at, "''", shims.calls)}
 exit 143
 fi
 _rs_r=$_rs_p
@@ -208,22 +243,23 @@ fi
 case $_rs_r in *:*) _rs_r=${{_rs_r#*:}} ;; *) break ;; esac
 done
 if [ -z "$_rs_x" ]; then
-{_notice("missing", name, at, '"$_rs_p"', shims.calls)}
+{_record("missing", name, at, '"$_rs_p"', told)}{_notice("missing", name, at, '"$_rs_p"', shims.calls)}
 printf '%s: command not found\\n' {q(name)} >&2
 exit 127
 fi
 : 2>/dev/null >{q(str(shims.pending))}/"$$"
-{_notice("call", name, at, '"$_rs_x"', shims.calls)}
+{_record("call", name, at, '"$_rs_x"', told)}{_notice("call", name, at, '"$_rs_x"', shims.calls)}
 PATH=$_rs_p
 {run}
 """
 
 
 def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = True,
-                  supervisor_pid: int | None = None) -> ShimDir:
+                  supervisor_pid: int | None = None, channel: bool = False) -> ShimDir:
     """Write one shim per name under `root/bin` (replacing what a previous run left), empty calls and
     pending folders, no refuse flag. `bash`: True finds bash on this machine, False or None uses /bin/sh, a
-    path uses that bash; `supervisor_pid` (default: this process) is whose verdicts the shims wait for.
+    path uses that bash; `supervisor_pid` (default: this process) is whose verdicts the shims wait for;
+    `channel`: make the channel FIFO and tell each notice to it too (a box: open it before the box starts).
     Raises OSError (read-only state folder, say) and ValueError (a path with ':')."""
     root = Path(root).absolute()
     if ":" in str(root):
@@ -243,10 +279,12 @@ def install_shims(root: Path, names: Sequence[str], bash: str | None | bool = Tr
     shims.calls.mkdir()
     shims.pending.mkdir()
     os.mkfifo(shims.tick, 0o600)
+    if channel:
+        os.mkfifo(shims.channel, 0o600)  # 0200 once the supervisor holds it open (notices.NoticeChannel)
     owner = os.getpid() if supervisor_pid is None else supervisor_pid
     for name in shims.names:
         path = shims.bin / name
-        path.write_text(shim_script(name, shims, shell, owner))
+        path.write_text(shim_script(name, shims, shell, owner, channel))
         path.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
     return shims
 
@@ -270,25 +308,63 @@ class Notice:
         return (self.name, *self.args)
 
 
-def parse_notice(data: bytes) -> Notice | None:
-    """A notice's fields, or None when it is not one (truncated, foreign, corrupt). Pure."""
-    if len(data) > MAX_NOTICE_BYTES:
-        return None
-    fields = [part.decode("utf-8", "surrogateescape") for part in data.split(b"\0")]
-    if len(fields) < 8 or fields[0] != NOTICE_VERSION or fields[1] not in KINDS:
+def _header(fields: list[str]) -> tuple[str, str, int, float | None, str, int] | None:
+    """kind, name, pid, time, target and argc of a notice's or a record's fields; None when they are not. Pure."""
+    if len(fields) < 7 or fields[0] != NOTICE_VERSION or fields[1] not in KINDS:
         return None
     try:
         pid = int(fields[3])
         argc = int(fields[6])
     except ValueError:
         return None
-    if pid <= 1 or argc < 0 or len(fields) < 7 + max(argc, 1) + 1:
+    if pid <= 1 or argc < 0:
         return None
     try:
         at = float(fields[4].replace(",", ".")) if fields[4] else None  # EPOCHREALTIME follows the locale
     except ValueError:
         at = None
-    return Notice(fields[1], fields[2], pid, at, fields[5], tuple(fields[7:7 + argc]))
+    return fields[1], fields[2], pid, at, fields[5], argc
+
+
+def parse_notice(data: bytes) -> Notice | None:
+    """A notice's fields, or None when it is not one (truncated, foreign, corrupt). Pure."""
+    if len(data) > MAX_NOTICE_BYTES:
+        return None
+    fields = [part.decode("utf-8", "surrogateescape") for part in data.split(b"\0")]
+    header = _header(fields)
+    if header is None or len(fields) < 7 + max(header[5], 1) + 1:
+        return None
+    kind, name, pid, at, target, argc = header
+    return Notice(kind, name, pid, at, target, tuple(fields[7:7 + argc]))
+
+
+@dataclass(frozen=True)
+class Record:
+    """A notice as the channel tells it: without its arguments (their count only), the target when short."""
+
+    kind: str
+    name: str
+    pid: int
+    at: float | None
+    target: str
+    argc: int
+
+    def describes(self, notice: Notice) -> bool:
+        """Is `notice` (a file, as written) the same notice? Pure."""
+        return (notice.kind, notice.name, notice.pid, len(notice.args)) == (self.kind, self.name, self.pid, self.argc) \
+            and (self.at is None or notice.at == self.at) and self.target in ("", notice.target)
+
+    def notice(self, args: tuple[str, ...] = ()) -> Notice:
+        return Notice(self.kind, self.name, self.pid, self.at, self.target, args)
+
+
+def parse_record(line: bytes) -> Record | None:
+    """One line of the channel (without its newline), or None when it is not a record. Pure."""
+    if len(line) > MAX_NOTICE_BYTES:
+        return None
+    fields = [part.decode("utf-8", "surrogateescape") for part in line.split(b"\0")]
+    header = _header(fields) if len(fields) == 8 and fields[7] == "" else None
+    return Record(*header) if header is not None else None
 
 
 def read_notice(path: Path, seen: Callable[[Notice], None] | None = None) -> Notice | None:

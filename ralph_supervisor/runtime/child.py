@@ -81,7 +81,7 @@ class Child:
     def spawn(self) -> None:
         """Start the command; a command that cannot run (or a box that cannot be made) decides the exit code."""
         settings = self._settings
-        self._calls.release()  # a restart after a stop: its calls may run
+        self._calls.gate.release()  # a restart after a stop: its calls may run
         argv, env = list(settings.command), self._env
         if self._box is not None:
             problem = self._box.problem() or self._box.probe()  # nothing is spawned in a box that cannot be made
