@@ -33,7 +33,7 @@ def collect(state_dir: Path) -> dict[str, Any]:
     # The breaker from state.json, validated like the supervisor reads it. Status only reads: a bad file is
     # reported (and the defaults shown), never moved or rewritten.
     snapshot, warning = state_json.load(state_dir)
-    from ralph_supervisor.snapshots import read_summary
+    from ralph_supervisor.snapshots.store import read_summary
 
     data = status_json.reply(Breaker(Thresholds(), snapshot),
                              limit_until=None,  # a wait lasts only while a supervisor freezes the tree
