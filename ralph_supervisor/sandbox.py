@@ -12,8 +12,9 @@ its own processes only, never the environment of the user's others): the tree, t
 see its processes from outside as any others, and a shim's notice, which names the box's PID, is mapped to
 ours through `NSpid` (process/namespace.py).
 
-bubblewrap runs with `--die-with-parent` (the box dies with its bwrap) and `--new-session` (no terminal to
-push input into). Before the loop starts, the same box runs `true` once: a path it cannot bind, a kernel
+bubblewrap runs with `--die-with-parent` (the box dies with its bwrap), `--new-session` (no terminal to
+push input into) and `--cap-drop ALL`: a supervisor run as root would otherwise give the box every capability,
+and root in the box could remount its binds writable or read the notice channel. Before the loop starts, the same box runs `true` once: a path it cannot bind, a kernel
 without user namespaces for an unprivileged bwrap, is one line naming why, and nothing is spawned.
 
     box = Box.plan(settings, env, shims=calls.shims)      # pure: what goes in
@@ -163,8 +164,8 @@ class Box:
 
     def arguments(self) -> list[str]:
         """bubblewrap's options for this box, in mount order (a later mount covers an earlier one). Pure."""
-        args = ["--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                "--unshare-cgroup-try"]
+        args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
+                "--unshare-uts", "--unshare-cgroup-try"]
         if not self.network:
             args.append("--unshare-net")
         for entry in SYSTEM:

@@ -71,7 +71,7 @@ def test_the_arguments_mount_parents_first_hide_the_state_folder_and_bind_the_sh
               network=False, shims=tmp_path / "shims", shim_writable=(tmp_path / "shims/calls",),
               hidden=(ws / ".state",))
     args = box.arguments()
-    assert args[:2] == ["--die-with-parent", "--new-session"] and "--unshare-net" in args
+    assert args[:4] == ["--die-with-parent", "--new-session", "--cap-drop", "ALL"] and "--unshare-net" in args
     rw = args.index(str(home / ".claude"))
     ro = args.index(str(home / ".claude/settings.json"))
     assert args[rw - 1] == "--bind" and args[ro - 1] == "--ro-bind" and rw < ro, "the read-only file covers the rw folder"
@@ -287,6 +287,26 @@ def test_the_verify_runs_in_a_box_too_its_network_off_unless_asked(boxed: Run, t
     assert ("probe: refused" if network == "off" else "probe: reached") in output, output
     assert "canary: hidden" in output and "aws: none" in output, output
     assert not (boxed.workspace / "written-by-the-verify.txt").exists()
+
+
+def test_the_box_holds_no_capability_even_when_the_supervisor_is_root(tmp_path: Path) -> None:
+    """Root in a box with its capabilities could remount the read-only binds writable, or read the notice channel
+    (mode 0200): the box's arguments drop them all, and no setuid program gets them back."""
+    if _box_works() is not None:
+        pytest.skip(f"bubblewrap cannot make a box here: {_box_works()}")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    box = Box(bwrap=BWRAP, workspace=ws, state_dir=tmp_path / "state", home=tmp_path / "home", binds=(),
+              network=True, shims=None, shim_writable=(), hidden=())
+    probe = ("grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+             "mount -o remount,rw /usr 2>/dev/null && echo remounted || echo 'remount: refused'; "
+             "touch /usr/planted 2>/dev/null && echo planted || echo 'plant: refused'")
+    done = subprocess.run([BWRAP, *box.arguments(), "--chdir", str(ws), "sh", "-c", probe],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "CapEff:\t0000000000000000" in done.stdout and "NoNewPrivs:\t1" in done.stdout, done.stdout
+    assert "remount: refused" in done.stdout and "plant: refused" in done.stdout, done.stdout
+    assert not os.path.exists("/usr/planted")
 
 
 def test_nspid_is_read_and_a_box_pid_maps_to_ours(tmp_path: Path) -> None:
