@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import doctest
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ralph_supervisor.verify import results, tampering
@@ -244,6 +244,7 @@ paths = st.sampled_from(["test_a.py", "tests/b.py", "a.test.js", "x_test.go", "s
 
 
 @given(st.dictionaries(paths, st.one_of(st.none(), source), max_size=4), st.dictionaries(paths, st.one_of(st.none(), source), max_size=4))
+@example({"Makefile": "\ntest:\n"}, {"Makefile": "\n"})  # a removed target once pointed at the old file's line 2
 def test_any_two_versions_are_diffed_without_crashing_and_every_finding_points_into_a_file(before: dict, after: dict) -> None:
     findings = find_weakening(before, after)
     assert all(f.path in before or f.path in after for f in findings)

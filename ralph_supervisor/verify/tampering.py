@@ -399,9 +399,9 @@ def _makefile_changes(path: str, old: str, new: str) -> list[Finding]:
         olds = Counter(_normal(t) for _, t in before)
         changed = [(n, t) for n, t in lines if not olds[_normal(t)]] or lines[:1]
         findings += [Finding(CONFIG_NARROWED, path, n, _quote(t), None) for n, t in changed[:3]]
-    for target, lines in old_recipe.items():
-        if target not in new_recipe:
-            findings.append(Finding(CONFIG_NARROWED, path, lines[0][0], _quote(f"{target}: target removed"), None))
+    for target in old_recipe:
+        if target not in new_recipe:  # no line of the new Makefile holds it: the finding names the file alone
+            findings.append(Finding(CONFIG_NARROWED, path, 0, _quote(f"{target}: target removed"), None))
     return findings
 
 
