@@ -110,13 +110,22 @@ def test_a_call_over_before_its_notice_was_read_owns_what_lies_after_the_last_ca
     marks.exited(first)
     assert (first.start_marks, first.floor_marks, first.end_marks) == ({"stdout": 10}, {"stdout": 0}, {"stdout": 50})
     quick = RunningCall("b", None, None, "")
-    marks.gone(quick)  # over and reaped before its notice was read
-    marks.announced(quick, {"stdout": 80})
-    assert (quick.start_marks, quick.end_marks) == ({"stdout": 50}, {"stdout": 80})
+    at_notice = {"stdout": 80}  # the watcher's marks, taken first: the agent had not printed yet
+    now["stdout"] = 204  # then it printed its reply and exited, and was reaped before we looked
+    marks.gone(quick)
+    marks.announced(quick, at_notice)
+    assert (quick.start_marks, quick.end_marks) == ({"stdout": 50}, {"stdout": 204}), \
+        "its end is read once it is known to be over: its words are its own"
     assert marks.exit_of(quick)[0] is True
+    seen_exit = RunningCall("b2", None, None, "")
+    now["stdout"] = 230
+    marks.exited(seen_exit)  # the exits thread saw it end before its notice was read
+    now["stdout"] = 240
+    marks.announced(seen_exit, {"stdout": 210})
+    assert (seen_exit.start_marks, seen_exit.end_marks) == ({"stdout": 204}, {"stdout": 230})
     later = RunningCall("c", None, None, "")
-    marks.announced(later, {"stdout": 90})
-    assert later.floor_marks == {"stdout": 80}, "its floor: where the call before it ended"
+    marks.announced(later, {"stdout": 250})
+    assert later.floor_marks == {"stdout": 230}, "its floor: where the call before it ended"
     tracker = IterationTracker(["claude"], None)
     call = tracker.start(0.0, 1.0, os.getpid(), None, "claude", ("-p",), start_marks=later.start_marks)
     marks.attach(later, call)

@@ -68,6 +68,8 @@ class RunningCall:
     """The offsets at the last call's end: output after them, read after the announcement, is this call's too."""
     end_marks: dict[str, int] | None = None
     """The same, the moment it exited."""
+    exit_marks: dict[str, int] | None = None
+    """The offsets the exits thread read at its exit, whether or not its notice was read yet."""
 
 
 def floor_marks(last_end: dict[str, int] | None, start: dict[str, int] | None) -> dict[str, int]:
@@ -92,13 +94,18 @@ class CallMarks:
 
     def announced(self, running: RunningCall, marks: dict[str, int]) -> None:
         """The watcher's thread, at its notice (`marks` taken first: the agent is still starting)."""
+        # Over already (found gone, or its exit seen): all it printed is in the pipes now, while `marks`, taken
+        # before we looked, may predate its words. So its end is read again, after it was known to be over.
+        fresh = self._marks() if running.exited else None
         with self._lock:  # the exits thread may be marking its end right now
-            if running.exited:  # over before we looked (a crash in a millisecond): what it printed lies
-                running.start_marks = self._last_end or {}  # after the last call's end, before now
-                running.end_marks = marks
-            else:
-                running.start_marks = marks
-                running.floor_marks = floor_marks(self._last_end, marks)  # a busy machine reads the notice late
+            if running.exited:  # over before we looked (a call of milliseconds): what it printed lies
+                running.start_marks = self._last_end or {}  # after the last call's end, before its exit
+                over = running.exit_marks if running.exit_marks is not None else fresh
+                running.end_marks = over if over is not None else marks
+                self._last_end = running.end_marks
+                return
+            running.start_marks = marks
+            running.floor_marks = floor_marks(self._last_end, marks)  # a busy machine reads the notice late
             self._last_end = marks
 
     def gone(self, running: RunningCall) -> None:
@@ -111,6 +118,7 @@ class CallMarks:
         """The exits thread: its end marks, and the call's (routing sees the end before the event loop does)."""
         marks = self._marks()
         with self._lock:  # the watcher's thread may be reading its notice, the loop beginning it
+            running.exit_marks = marks
             if running.start_marks is not None:
                 running.end_marks = self._last_end = marks
             running.exited_at = time.time()
