@@ -172,11 +172,14 @@ class CallReports:
                       settle: asyncio.Event, code: int | None, sig: int | None, *, timed_out: bool) -> None:
         """Wait for the call's late output (briefly), then report it."""
         await self.hooks.settle_output()
-        try:
-            await asyncio.wait_for(settle.wait(), SETTLE_SECONDS)  # a tee may still be writing its last line
-        except asyncio.TimeoutError:
-            pass
-        await self.hooks.settle_output()
+        # Output placed by the stream's marks is the call's or not by position, whenever it is read; output
+        # told by when it was read (a sampled call's, a tailed file's) may still come: a tee writing its last line.
+        if call.start_marks is None or call.end_marks is None or self.hooks.timed_sources():
+            try:
+                await asyncio.wait_for(settle.wait(), SETTLE_SECONDS)
+            except asyncio.TimeoutError:
+                pass
+            await self.hooks.settle_output()
         self.tracker.claim_late_output(call)
         delta = await asyncio.wrap_future(delta_future)
         report = self.hooks.build(call, ended, delta, exit_status=code, killed_by=sig, timed_out=timed_out)

@@ -77,6 +77,9 @@ class CallHooks:
     marks: Callable[[], dict[str, int]]
     """Any thread: how far each pipe's stream was written by now (`OutputTap.marks`): a call's output is
     what lies between its start and end marks."""
+    timed_sources: Callable[[], bool] = lambda: True
+    """Whether output is read that no stream mark places (a tailed file is followed): a call's share of it is
+    told by when it was read, so a finished call waits a moment for its late words there."""
 
 
 class CallWatcher:

@@ -42,6 +42,11 @@ class Tailer:
             found.extend(glob.glob(full, recursive=True))
         return sorted(set(found))[-MAX_FILES:]
 
+    @property
+    def following(self) -> bool:
+        """Some file matched the globs and is followed now."""
+        return bool(self._files)
+
     def poll(self) -> int:
         """Read what is new; returns the number of bytes delivered."""
         delivered = 0

@@ -86,7 +86,7 @@ class CallJudge:
     def hooks(self, marks: Callable[[], dict[str, int]]) -> CallHooks:
         """What the call watcher calls around each call."""
         return CallHooks(started=self.started, build=self.build, report=self.observe,
-                         settle_output=self.settle_output, marks=marks)
+                         settle_output=self.settle_output, marks=marks, timed_sources=lambda: self._tailer.following)
 
     # ------------------------------------------------------------------ a call's start and end
 
