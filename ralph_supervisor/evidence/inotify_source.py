@@ -189,13 +189,16 @@ class InotifySource:
 
     def sync(self, then: Callable[[], None] | None = None) -> bool:
         """Wait until every event queued before now is handled; `then` runs exactly once, at the barrier
-        (or here, after `SYNC_TIMEOUT_S` or a close meanwhile). False, and `then` not run, when closed."""
+        (or here, after `SYNC_TIMEOUT_S`). False, and `then` not run, when the source is closed before its
+        barrier was reached: its caller must do without the queue."""
         target = self.barrier(then)
         if target is None:
             return False
         with self._cond:
             self._cond.wait_for(lambda: self._seen >= target or self._closed, SYNC_TIMEOUT_S)
             late = self._at_barrier.pop(target, None)
+            if self._closed and self._seen < target:
+                return False
         if late is not None:
             late()
         return True

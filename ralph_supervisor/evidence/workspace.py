@@ -63,6 +63,9 @@ log = structlog.get_logger(__name__)
 
 __all__ = ["Change", "Workspace", "WorkspaceDelta"]
 
+SWITCH_TIMEOUT_S = 30.0
+"""The longest an iteration boundary waits for a fall back's first polling pass (a huge tree's takes seconds)."""
+
 
 class Workspace:
     """Watches a workspace folder and tells, per iteration (segment), what changed in it.
@@ -101,6 +104,9 @@ class Workspace:
         self._mode: Literal["inotify", "polling"] = "polling" if force_polling else "inotify"
         self._polling: PollingSource | None = None
         self._started = self._stopped = self._fell_back = False
+        self._switched = threading.Event()
+        """Set once polling made its first pass after a fall back (or the watcher stopped): a boundary
+        that finds the inotify queue closed waits for it, so no change slips between the two."""
 
     # ---------------------------------------------------------------- public API
 
@@ -172,6 +178,7 @@ class Workspace:
                 return
             self._stopped = True
             polling = self._polling
+        self._switched.set()
         self._priming.stop()
         if self._source is not None:
             self._source.close()
@@ -239,8 +246,10 @@ class Workspace:
     def _sync(self, then: Callable[[], None] | None = None) -> None:
         """Every change that happened before now is recorded when this returns; `then` runs exactly once,
         at that point of the event queue (inotify) or after a scan (polling)."""
-        if self._source is not None and self._source.sync(then):
-            return
+        if self._source is not None:
+            if self._source.sync(then):
+                return
+            self._switched.wait(SWITCH_TIMEOUT_S)  # the queue is closed: a fall back is under way
         with self._lock:
             polling = self._polling if self._started and not self._stopped else None
         if polling is not None:
@@ -267,20 +276,23 @@ class Workspace:
             if self._fell_back or self._stopped:
                 return
             self._fell_back = True
-        watched = self._source.close() if self._source is not None else None
-        log.warning(
-            "watcher_fallback",
-            root=str(self.root),
-            reason=str(exc) or type(exc).__name__,
-            errno=getattr(exc, "errno", None),
-            poll_interval=self.poll_interval,
-            hint="raise fs.inotify.max_user_watches / max_user_instances to watch with inotify",
-        )
-        self._start_polling(watched)
-        with self._lock:
-            self._mode = "polling"
-        if watched is not None:  # mid-run: events still queued in the closed instance are lost
-            self._recorder.lose_events()
+        try:
+            watched = self._source.close() if self._source is not None else None
+            if watched is not None:  # mid-run: what the closed queue held, and what changes before the first pass, is lost
+                self._recorder.lose_events()
+            log.warning(
+                "watcher_fallback",
+                root=str(self.root),
+                reason=str(exc) or type(exc).__name__,
+                errno=getattr(exc, "errno", None),
+                poll_interval=self.poll_interval,
+                hint="raise fs.inotify.max_user_watches / max_user_instances to watch with inotify",
+            )
+            self._start_polling(watched)
+            with self._lock:
+                self._mode = "polling"
+        finally:
+            self._switched.set()
 
     def _start_polling(self, watched: Collection[str] | None) -> None:
         polling = PollingSource(self._scope, found=self._recorder.found, gone=self._recorder.gone,
