@@ -101,12 +101,13 @@ class InotifySource:
         fd = InotifyFD()  # our own instance: its limits and lifetime are ours, not watchdog's singleton
         barrier_dir = Path(tempfile.mkdtemp(prefix="ralph-supervise-barrier-"))
         with self._cond:
-            if self._closed:  # stopped meanwhile
-                shutil.rmtree(barrier_dir, ignore_errors=True)
-                fd._is_reading = False  # type: ignore[attr-defined]
-                fd.close()  # type: ignore[attr-defined]
-                return
-            self._fd, self._barrier_dir = fd, barrier_dir
+            closed = self._closed  # stopped meanwhile
+            if not closed:
+                self._fd, self._barrier_dir = fd, barrier_dir
+        if closed:
+            _release(fd, running=False)
+            shutil.rmtree(barrier_dir, ignore_errors=True)
+            return
         wd = fd.add_callback(os.fsencode(barrier_dir), C.IN_CREATE | C.IN_ONLYDIR, self._callbacks, 0)  # type: ignore[attr-defined]
         with self._cond:
             self._barrier_wd = wd
