@@ -123,8 +123,8 @@ def test_after_the_kernels_queue_overflowed_the_iteration_says_so_and_the_watche
         ws.begin_iteration("flood")
         reader = ws._source._fd  # type: ignore[union-attr]  # watchdog's InotifyFD
         with reader._lock:  # type: ignore[attr-defined]  # its reader waits for this before each read: the queue fills
-            for n in range(limit + 1_000):  # one modify event each (alternating files: the kernel merges repeats)
-                os.write(files[n % 2], b"x")
+            for n in range(2 * limit):  # one modify event each (alternating files: the kernel merges repeats); the
+                os.write(files[n % 2], b"x")  # reader may take one buffer (a few thousand) before it waits
             (root / "later").mkdir()  # its create event is lost: the re-walk after the overflow watches it
         assert wait_for(lambda: ws.watched_directories == 2)  # the overflow was handled: `later` is watched
         assert ws.end_iteration("flood").events_lost
