@@ -129,11 +129,8 @@ class SegmentBook:
         self._closed: dict[str, Segment] = {}
         self.fingerprint = Fingerprint()
 
-    @property
-    def in_gap(self) -> bool:
-        return self.segment.key is None
-
-    def is_open(self, key: str) -> bool:
+    def is_open(self, key: str | None) -> bool:
+        """`key`'s segment is the open one (None: a gap is)."""
         return self.segment.key == key
 
     def learn(self, path: str, state: bytes) -> None:
