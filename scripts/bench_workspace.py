@@ -238,6 +238,7 @@ def main() -> int:
     iterations = args.iterations or (1_000 if args.quick else 10_000)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still clean up the generated tree
+    load_start = kit.loadavg()
     base = Path(tempfile.mkdtemp(prefix="ralph-bench-workspace-"))
     try:
         root = base / "ws"
@@ -325,7 +326,7 @@ def main() -> int:
         "",
     ]
     markdown = "\n".join(lines)
-    print(f"wrote {kit.write_section('workspace', markdown, kit.markdown_rows(markdown), args.out)}")
+    kit.publish("workspace", markdown, kit.markdown_rows(markdown), args.out, load_start)  # with workspace.notes.md
     return 0
 
 
