@@ -77,12 +77,11 @@ class TimedFingerprint(fp_module.Fingerprint):
 def rescan(root: Path, ws: Workspace) -> int:
     """The fingerprint computed from scratch: every non-ignored file hashed (the baseline)."""
     total = 0
-    for directory, entries in ws._walk(""):  # the watcher's own walk: the same ignore rules
-        for entry in entries:
-            if entry.is_file(follow_symlinks=False) and not ws._rules.is_ignored_entry(directory, entry.name, is_dir=False):
-                with open(entry.path, "rb") as fh:
-                    digest = hashlib.blake2b(fh.read(), digest_size=16).digest()
-                total += fp_module.term(f"{directory}/{entry.name}", b"H" + digest)
+    for path, entry in ws._scope.files(""):  # the watcher's own walk: the same ignore rules
+        if entry.is_file(follow_symlinks=False):
+            with open(entry.path, "rb") as fh:
+                digest = hashlib.blake2b(fh.read(), digest_size=16).digest()
+            total += fp_module.term(path, b"H" + digest)
     return total % fp_module.MODULUS
 
 
@@ -97,17 +96,18 @@ def main() -> int:
     iterations = args.iterations or (50 if args.quick else 200)
     base = kit.temp_dir("ralph-bench-fingerprint-")
     fp_module_fingerprint = fp_module.Fingerprint
-    import ralph_supervisor.evidence.workspace as workspace_module
+    import ralph_supervisor.evidence.recorder as recorder_module
+    import ralph_supervisor.evidence.segments as segments_module
 
-    real_file_state = workspace_module.file_state
+    real_file_state = recorder_module.file_state
     try:
         root = base / "ws"
         make_tree(root, files)
-        workspace_module.Fingerprint = TimedFingerprint  # type: ignore[misc]
+        segments_module.Fingerprint = TimedFingerprint  # type: ignore[misc]
         ws = Workspace(root, state_dir=root / ".ralph-supervise")
         ws.start()
         ws.wait_primed(300)
-        workspace_module.file_state = TimedHashing(real_file_state)  # after priming: only the changes' hashing
+        recorder_module.file_state = TimedHashing(real_file_state)  # after priming: only the changes' hashing
         project = sorted((root / "src").rglob("*.js"))
         returns = Returns()
         upkeep: list[float] = []
@@ -137,8 +137,8 @@ def main() -> int:
         ws.stop()
     finally:
         fp_module.Fingerprint = fp_module_fingerprint  # type: ignore[misc]
-        workspace_module.Fingerprint = fp_module_fingerprint  # type: ignore[misc]
-        workspace_module.file_state = real_file_state
+        segments_module.Fingerprint = fp_module_fingerprint  # type: ignore[misc]
+        recorder_module.file_state = real_file_state
         shutil.rmtree(base, ignore_errors=True)
 
     p50 = statistics.median(upkeep)

@@ -15,7 +15,7 @@ from ralph_supervisor.evidence.destruction import (
     reverted,
     threshold_crossed,
 )
-from ralph_supervisor.evidence.workspace import ABSENT
+from ralph_supervisor.evidence.file_state import ABSENT
 from tests.helpers import held
 
 
@@ -85,7 +85,7 @@ def test_a_file_back_at_its_committed_version_lost_its_uncommitted_changes() -> 
 
 
 def test_content_state_is_the_watchers_state_of_a_file(tmp_path) -> None:
-    from ralph_supervisor.evidence.workspace import file_state
+    from ralph_supervisor.evidence.file_state import file_state
 
     path = tmp_path / "f.bin"
     for data in (b"", b"\x00\xff" * 5000, "ünïcode\r\n".encode()):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ralph_supervisor.snapshots.discarded import committed_states, content_state
-from ralph_supervisor.evidence.workspace import file_state
+from ralph_supervisor.evidence.file_state import file_state
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -14,7 +14,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from ralph_supervisor.evidence.workspace import ABSENT, Change, Workspace, WorkspaceDelta
+from ralph_supervisor.evidence.file_state import ABSENT
+from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
 from ralph_supervisor.snapshots.keeper import SnapshotKeeper
 from ralph_supervisor.metrics import Metrics
 from ralph_supervisor.settings import load_settings

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ralph_supervisor.snapshots import kept_commits
-from ralph_supervisor.evidence.workspace import _read_refs_with_git
+from ralph_supervisor.evidence.git_refs import _read_refs_with_git
 from ralph_supervisor.report.sources import read_git
 from ralph_supervisor.safe_git import DIFF_OPTIONS, HARDENING, command, filter_names, subcommand_at
 from ralph_supervisor.evidence.ignore import IgnoreRules

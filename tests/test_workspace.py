@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from ralph_supervisor.evidence.workspace import Change, Workspace, WorkspaceDelta
 from tests.helpers import held, wait_for
+from tests.helpers.inotify_limit import needs_unshare, run_limited
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
@@ -486,8 +486,6 @@ def test_stop_releases_the_watcher(tmp_path: Path, watch: Callable[..., Workspac
 
 # ------------------------------------------------------------------------------ the real inotify limit
 
-UNSHARE = shutil.which("unshare")
-
 LIMITED_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
@@ -523,26 +521,19 @@ def run_with_inotify_limit(tmp_path: Path, setting: str, value: int) -> tuple[di
         (root / name).mkdir(parents=True)
     script = tmp_path / "limited.py"
     script.write_text(LIMITED_SCRIPT)
-    shell = f'echo {value} > /proc/sys/user/{setting} || exit 77; exec "$0" "$@"'
-    done = subprocess.run(
-        [UNSHARE or "unshare", "--user", "--map-root-user", "sh", "-c", shell, sys.executable, str(script), str(root)],
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    if done.returncode == 77 or "Operation not permitted" in done.stderr:
-        pytest.skip(f"cannot lower {setting} in a user namespace here: {done.stderr.strip()[:200]}")
-    assert done.returncode == 0, done.stderr + done.stdout
+    done = run_limited(script, setting, value, str(root))
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line[len("RESULT "):]), done.stdout + done.stderr
 
 
-@pytest.mark.skipif(UNSHARE is None, reason="unshare is not installed")
+@needs_unshare
 def test_watch_limit_at_start_falls_back_to_polling_with_one_warning(tmp_path: Path) -> None:
     result, output = run_with_inotify_limit(tmp_path, "max_inotify_watches", 2)  # barrier + root only
     assert result == {"mode_at_start": "polling", "mode": "polling", "paths": ["a/late.txt", "new/deeper/file.txt"]}
     assert output.count("watcher_fallback") == 1
 
 
-@pytest.mark.skipif(UNSHARE is None, reason="unshare is not installed")
+@needs_unshare
 def test_watch_limit_reached_later_by_new_directories_falls_back_with_one_warning(tmp_path: Path) -> None:
     result, output = run_with_inotify_limit(tmp_path, "max_inotify_watches", 6)  # barrier + 4 dirs + 1 new
     assert result["mode_at_start"] == "inotify"
@@ -551,7 +542,7 @@ def test_watch_limit_reached_later_by_new_directories_falls_back_with_one_warnin
     assert output.count("watcher_fallback") == 1
 
 
-@pytest.mark.skipif(UNSHARE is None, reason="unshare is not installed")
+@needs_unshare
 def test_inotify_instance_limit_falls_back_to_polling(tmp_path: Path) -> None:
     result, output = run_with_inotify_limit(tmp_path, "max_inotify_instances", 0)
     assert result == {"mode_at_start": "polling", "mode": "polling", "paths": ["a/late.txt", "new/deeper/file.txt"]}

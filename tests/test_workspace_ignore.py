@@ -1,15 +1,13 @@
-"""The pure rules behind workspace progress: ignore decisions, commit counting, packed refs, file states."""
+"""The pure rules behind workspace progress: ignore decisions."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ralph_supervisor.evidence.ignore import BUILTIN_IGNORED_NAMES, IgnoreRules, load_ignore_rules, relative_inside
-from ralph_supervisor.evidence.workspace import ABSENT, GitRefs, count_commits, file_state, parse_packed_refs
 from hypothesis import example
 
 from tests.helpers.fuzzing import CHEAP
@@ -115,53 +113,6 @@ def test_is_ignored_entry_agrees_with_is_ignored_when_the_parent_is_kept(path: s
 @given(rel_paths)
 def test_without_rules_only_builtin_names_are_ignored(path: str) -> None:
     assert not IgnoreRules().is_ignored(path, is_dir=False)
-
-
-# ------------------------------------------------------------------------------ commits
-
-
-def test_count_commits_counts_moved_created_and_deleted_refs() -> None:
-    before = GitRefs("a1", {"refs/heads/main": "a1", "refs/heads/old": "b1"})
-    after = GitRefs("c1", {"refs/heads/main": "c1", "refs/tags/v1": "c1"})
-    assert count_commits(before, after) == 3
-
-
-def test_count_commits_head_moved_alone_counts_one() -> None:
-    refs = {"refs/heads/main": "a1"}
-    assert count_commits(GitRefs("a1", refs), GitRefs("d4", refs)) == 1
-    assert count_commits(GitRefs("a1", refs), GitRefs("a1", dict(refs))) == 0
-    assert count_commits(GitRefs(), GitRefs()) == 0
-
-
-@given(st.dictionaries(st.sampled_from(["refs/heads/a", "refs/heads/b", "refs/tags/t"]), st.sampled_from(["1", "2"])))
-def test_count_commits_is_zero_exactly_when_nothing_moved(refs: dict[str, str]) -> None:
-    assert count_commits(GitRefs("h", refs), GitRefs("h", dict(refs))) == 0
-
-
-def test_parse_packed_refs_skips_comments_and_peeled_lines() -> None:
-    text = "# pack-refs with: peeled fully-peeled sorted\naaa refs/heads/main\nbbb refs/tags/v1\n^ccc\n"
-    assert parse_packed_refs(text) == {"refs/heads/main": "aaa", "refs/tags/v1": "bbb"}
-
-
-# ------------------------------------------------------------------------------ file states
-
-
-def test_file_state_distinguishes_content_absence_links_and_never_opens_a_fifo(tmp_path: Path) -> None:
-    a = tmp_path / "a"
-    a.write_text("one")
-    first = file_state(a)
-    a.write_text("one")
-    assert file_state(a) == first
-    a.write_text("two")
-    assert file_state(a) != first
-    assert file_state(tmp_path / "missing") == ABSENT
-    assert file_state(tmp_path) == ABSENT  # a directory is not a file
-    link = tmp_path / "link"
-    link.symlink_to("a")
-    assert file_state(link) != file_state(a)
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    assert file_state(fifo) not in (ABSENT, file_state(a))  # returns at once: no open() on a FIFO
 
 
 PATH_PART = st.text("abcxyz._-", min_size=1, max_size=6).filter(lambda p: p not in (".", ".."))

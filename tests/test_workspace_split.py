@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph_supervisor.evidence.workspace import COARSE_CLOCK_NS, GitRefs, Workspace, _Segment
+from ralph_supervisor.evidence.segments import COARSE_CLOCK_NS
+from ralph_supervisor.evidence.workspace import Workspace
 
 
 @pytest.fixture(params=["inotify", "polling"])
@@ -63,10 +64,3 @@ def test_without_a_start_time_the_gap_keeps_everything_as_before(workspace) -> N
     assert delta.files_changed == 0
     assert [gap.paths for gap in gaps] == [("a.txt",)]
 
-
-def test_split_takes_each_path_with_its_state_before_the_first_change_at_or_after_the_time() -> None:
-    segment = _Segment(None, GitRefs())
-    segment.changes = [(10, "a", b"A0"), (20, "b", None), (30, "a", b"A1"), (40, "a", b"A2"), (50, "c", b"")]
-    assert segment.split(25) == {"a": b"A1", "c": b""}
-    assert segment.split(0) == {"a": b"A0", "b": None, "c": b""}
-    assert segment.split(60) == {}

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ralph_supervisor.evidence.workspace import ABSENT, state_size
+from ralph_supervisor.evidence.file_state import ABSENT, state_size
 
 SHARE_MIN_FILES = 3
 """The share rule needs at least this many destroyed files: deleting one of a new project's two files
