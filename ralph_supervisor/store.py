@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,10 +35,12 @@ def utc_day(epoch: float) -> str:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Write `data` to `path` atomically: a unique temp file in the same folder, (fsync,) rename, (fsync
-    of the folder). A reader (or a crash) sees the old content or the new, never half of one; `durable`
-    adds the two fsyncs, so that the new content also survives a crash of the machine."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write `data` to `path` atomically: a temp file in the same folder, (fsync,) rename, (fsync of the
+    folder). A reader (or a crash) sees the old content or the new, never half of one; `durable` adds the two
+    fsyncs, so that the new content also survives a crash of the machine. The temp file is named by process
+    and thread (two writers never share one; no random name to draw: this runs several times per call)."""
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         os.fchmod(fd, mode)
         view = memoryview(data)
