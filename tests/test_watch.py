@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from ralph_supervisor import watch
+from ralph_supervisor.event_fields import Budgets
 from ralph_supervisor.control import ControlServer
 from hypothesis import example
 
@@ -417,7 +418,8 @@ def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Pa
 
 
 def test_timeline_keeps_the_latest_record_of_a_repeated_iteration() -> None:
-    rows = watch.timeline([finished(1, outcome="noop"), finished(2), finished(1, outcome="success")])
+    rows = watch.timeline(watch.finished_iterations([finished(1, outcome="noop"), finished(2),
+                                                     finished(1, outcome="success")]))
     assert [(r.iteration, r.outcome) for r in rows] == [(2, "failure"), (1, "success")]
 
 
@@ -468,7 +470,7 @@ def test_any_records_render_without_raising(events: list[dict[str, Any]], state:
                                             status: dict[str, Any]) -> None:
     snap = watch.Frame(
         workspace="/w", state_dir="/w/.ralph-supervise", breaker=watch.breaker_view(state, status), live=True,
-        current=watch.current_iteration(status, NOW), iterations=watch.timeline(events),
+        current=watch.current_iteration(status, NOW), iterations=watch.timeline(watch.finished_iterations(events)),
         transitions=watch.transitions(events), processes=watch.processes(status),
     )
     console = Console(width=100, file=io.StringIO())
@@ -629,18 +631,19 @@ def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> N
 
 
 def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
-    recent = [{"event": "iteration_finished", "iteration": i, "files_changed": f, "commits": 0, "errors": e,
-               "failed": e > 0, "cost_usd": 0.25} for i, (f, e) in enumerate([(3, 0), (0, 0), (0, 2), (6, 0)], 1)]
+    recent = watch.finished_iterations(
+        {"event": "iteration_finished", "iteration": i, "files_changed": f, "commits": 0, "errors": e,
+         "failed": e > 0, "cost_usd": 0.25} for i, (f, e) in enumerate([(3, 0), (0, 0), (0, 2), (6, 0)], 1))
     changes, errors, count = watch.sparklines(recent)
     assert (count, len(changes), len(errors)) == (4, 4, 4)
     assert changes[1] == "▁" and changes[3] == "█" and errors[2] == "█" and errors[0] == "▁"
     view = {"state": "CLOSED", "tokens_used": 7200}
-    assert watch.spend_line(view, recent, {"token_budget": 100000, "cost_budget": 5.0}) == (
+    assert watch.spend_line(view, recent, Budgets(token_budget=100000, cost_budget=5.0)) == (
         "tokens 7,200 of 100,000 (7 %) · dollars $1.00 of $5.00 (20 %)")
-    assert watch.spend_line(view, [], {}) == "tokens 7,200"
+    assert watch.spend_line(view, [], Budgets()) == "tokens 7,200"
     snap = watch.Frame(workspace="/w", state_dir="/w/.ralph-supervise", breaker=view, live=False, current=None,
                           iterations=(), transitions=(), processes=(), recent=tuple(recent),
-                          budgets={"token_budget": 100000})
+                          budgets=Budgets(token_budget=100000))
     console = Console(width=120, record=True)
     console.print(watch.render(snap, 1000.0))
     text = console.export_text()
