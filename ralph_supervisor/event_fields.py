@@ -195,6 +195,18 @@ class SupervisorStarted:
 
 
 @dataclass(frozen=True)
+class SupervisorStopped:
+    """`supervisor_stopped`: the run's last line, with the supervisor's exit `code`."""
+
+    at: float | None = None
+    code: int | None = None
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> SupervisorStopped:
+        return cls(at=_time_of(record)[1], code=as_opt_int(record.get("code")))
+
+
+@dataclass(frozen=True)
 class ChildExited:
     """`child_exited`: the loop's command ended by itself."""
 
@@ -293,6 +305,7 @@ class UsageHigh:
 
 READERS: Mapping[str, Any] = {
     events.ITERATION_FINISHED: IterationFinished, events.SUPERVISOR_STARTED: SupervisorStarted,
+    events.SUPERVISOR_STOPPED: SupervisorStopped,
     events.CHILD_EXITED: ChildExited, events.TREE_STOPPED: TreeStopped, events.LIMIT_WAIT_STARTED: LimitWaitStarted,
     events.OUTAGE_STARTED: OutageStarted, events.OUTAGE_ENDED: OutageEnded, events.USAGE_HIGH: UsageHigh,
 }

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ralph_supervisor import events as ev
-from ralph_supervisor.event_fields import Budgets, ChildExited, SupervisorStarted, TreeStopped
-from ralph_supervisor.values import as_opt_int, parse_time
+from ralph_supervisor.event_fields import Budgets, ChildExited, SupervisorStarted, SupervisorStopped, TreeStopped
+from ralph_supervisor.values import parse_time
 
 
 @dataclass(frozen=True)
@@ -70,14 +70,15 @@ def record_time(record: Mapping[str, Any]) -> float | None:
 def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
     first = next((e for e in events if ev.name(e) == ev.SUPERVISOR_STARTED), None)
     started = SupervisorStarted.of(first) if first is not None else None
-    stopped = next((e for e in reversed(events) if ev.name(e) == ev.SUPERVISOR_STOPPED), None)
+    last = next((e for e in reversed(events) if ev.name(e) == ev.SUPERVISOR_STOPPED), None)
+    stopped = SupervisorStopped.of(last) if last is not None else None
     times = [t for t in (record_time(e) for e in events) if t is not None]
     return RunInfo(
         index=index,
         started_at=(started.at if started else None) or (times[0] if times else None),
-        ended_at=record_time(stopped) if stopped else None,
+        ended_at=stopped.at if stopped else None,
         last_at=times[-1] if times else None,
-        exit_code=as_opt_int(stopped.get("code")) if stopped else None,
+        exit_code=stopped.code if stopped else None,
         workspace=started.workspace if started else "",
         command=started.command if started else (),
         budgets=started.budgets if started else Budgets(),
