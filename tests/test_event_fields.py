@@ -237,5 +237,5 @@ def test_any_record_gives_values_of_the_declared_types(record: dict[str, Any], n
         for shape in (record, {**record, "budgets": nested, "windows": [nested, nested, "x"]}):
             value = cls.of({"event": name, **shape})
             assert _all_conform(value), value
-            text = [getattr(value, f.name) for f in dataclasses.fields(value) if isinstance(getattr(value, f.name), str)]
-            assert all("\n" not in t and len(t) <= 1000 for t in text)
+            texts = [t for t in (getattr(value, f.name) for f in dataclasses.fields(value)) if isinstance(t, str)]
+            assert all("\n" not in t and len(t) <= 1000 for t in texts)

@@ -203,5 +203,6 @@ def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
                      + (f"; the OOM killer struck {ooms} time{'s' if ooms != 1 else ''}" if ooms else ""))
     for window in usage[:4]:
         if window.resets_at is not None and window.resets_at > now:
-            lines.append(f"USAGE {window.window} at {window.utilization or 0:g} % (resets {utc_clock(window.resets_at)})")
+            lines.append(f"USAGE {window.window} at {window.utilization or 0:g} % "
+                         f"(resets {utc_clock(window.resets_at)})")
     return lines
