@@ -448,6 +448,13 @@ class JsonlFollower:
 
     Keeps the last `keep_last` records that `wanted` accepts. On rotation (new inode, or the file
     shrank) it reloads from the end, backfilling from `NAME.1` when the new file has too few.
+
+    Not a second reader of the format but another job: `rotating.read_json_lines` reads a file and all
+    its rotated files once, whole (for the report, through the files' owners); a view refreshed every
+    second must not, so this keeps its place in the live file between polls and reads only the bytes
+    added since. What it reads goes through the same pieces: `rotating.tail_lines` (the one tail
+    reader) on a reload, `rotating.complete_lines` for appended bytes, `values.parse_json_lines` for
+    the records.
     """
 
     def __init__(self, path: Path, wanted: Callable[[Mapping[str, Any]], bool], keep_last: int,
