@@ -26,7 +26,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ralph_supervisor import control, events, rotating
+from ralph_supervisor import control, events, rotating, status_json
+from ralph_supervisor.breaker import Breaker, Thresholds
 from ralph_supervisor.event_fields import Budgets, IterationFinished, SupervisorStarted
 from ralph_supervisor.rotating import complete_lines, tail_lines
 from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
@@ -240,14 +241,11 @@ def current_iteration(status: Mapping[str, Any] | None, now: float) -> CurrentIt
     return CurrentIteration(iteration=as_opt_int(current.get("iteration")), age_s=age)
 
 
-def breaker_view(state: Mapping[str, Any] | None, status: Mapping[str, Any] | None) -> dict[str, Any]:
-    """status --json shape: the live answer wins, state.json fills in (also nested `counters`)."""
+def breaker_view(from_file: Mapping[str, Any] | None, status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """status --json shape: the live answer wins, the reply made from state.json (`file_status`) fills in."""
     view: dict[str, Any] = {}
-    if isinstance(state, Mapping):
-        counters = state.get("counters")
-        if isinstance(counters, Mapping):
-            view.update(counters)
-        view.update(state)
+    if isinstance(from_file, Mapping):
+        view.update(from_file)
     if isinstance(status, Mapping):
         view.update(status)
     return view
@@ -517,9 +515,15 @@ class JsonlFollower:
         return [r for r in records if self._wanted(r)]
 
 
-def read_state(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """state.json as a dict, or None and a note saying why not (missing is not worth a note)."""
-    return state_json.read_dict(path.parent)
+def file_status(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The `status --json` reply made from state.json by its one builder (`status_json.reply`: what `status`
+    says with no supervisor running), or None and a note saying why not (a missing file is not worth a note).
+    The file is read and checked by its owner (`state_json.read`), as the supervisor would."""
+    recorded, note = state_json.read(state_dir)
+    if recorded is None:
+        return None, note
+    return status_json.reply(Breaker(Thresholds(), recorded.snapshot), limit_until=recorded.limit_until,
+                             supervisor_pid=None, child=None), None
 
 
 def ask_status(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -553,7 +557,7 @@ class Watcher:
     def frame(self, now: float) -> Frame:
         notes: list[str] = []
         exists = self.state_dir.is_dir()
-        state, note = read_state(state_json.path(self.state_dir))
+        state, note = file_status(self.state_dir)
         if note:
             notes.append(note)
         status, note = ask_status(self.state_dir) if exists else (None, None)

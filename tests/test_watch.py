@@ -33,6 +33,8 @@ from ralph_supervisor.event_fields import Budgets
 from ralph_supervisor.control import ControlServer
 from hypothesis import example
 
+from ralph_supervisor import status_json
+from ralph_supervisor.breaker import Snapshot, State
 from ralph_supervisor.files import state_json
 
 from tests.helpers import REPO, wait_for
@@ -75,7 +77,7 @@ def state_dir(tmp_path: Path) -> Path:
         "state": "OPEN", "reason": "3 iterations in a row without progress", "trigger": "no-progress",
         "iteration": 20, "consecutive_no_progress": 3, "consecutive_same_error": 2, "consecutive_failures": 1,
         # a minute before the test runs (NOW is fixed at import, and a loaded suite reaches here half an hour later)
-        "opened_at": iso(time.time() - 60), "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
+        "opened_at": time.time() - 60, "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
     }))
     write_jsonl(folder / "history.jsonl", [
         {"ts": iso(NOW - 900), "iteration": 4, "from": "CLOSED", "to": "OPEN", "trigger": "same-error",
@@ -423,8 +425,12 @@ def test_timeline_keeps_the_latest_record_of_a_repeated_iteration() -> None:
     assert [(r.iteration, r.outcome) for r in rows] == [(2, "failure"), (1, "success")]
 
 
-def test_breaker_view_prefers_the_live_status_and_reads_nested_counters() -> None:
-    state = {"state": "OPEN", "iteration": 4, "counters": {"consecutive_failures": 2}}
+def test_breaker_view_prefers_the_live_status_and_the_file_fills_in(tmp_path: Path) -> None:
+    """Without a supervisor the view is the reply `status` gives from state.json (its one builder)."""
+    state_json.save(tmp_path, Snapshot(state=State.OPEN, trigger="no-progress", iteration=4, consecutive_failures=2,
+                                       opened_at=NOW, cooldown_s=60))
+    state, note = watch.file_status(tmp_path)
+    assert note is None and state is not None and state["schema"] == status_json.SCHEMA
     assert watch.breaker_view(state, None)["consecutive_failures"] == 2
     view = watch.breaker_view(state, {"state": "CLOSED", "iteration": 5})
     assert (view["state"], view["iteration"], view["consecutive_failures"]) == ("CLOSED", 5, 2)
@@ -624,7 +630,7 @@ def test_watch_reads_any_jsonl_and_counts_what_it_cannot(lines: list[bytes]) -> 
 def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> None:
     path = fresh(here, state_json.NAME)
     path.write_bytes(raw)
-    value, note = watch.read_state(path)
+    value, note = watch.file_status(path.parent)
     assert (value is None) != (note is None)
     assert value is None or isinstance(value, dict)
     assert note is None or one_line(note)
