@@ -24,7 +24,17 @@ from rich.cells import cell_len
 
 from ralph_supervisor import events
 from ralph_supervisor.format import dollars, duration, time_of_day, tokens
-from ralph_supervisor.outcomes import STATE_STYLE, WORD_WIDTH, breaker_label, outcome_of_record
+from ralph_supervisor.event_fields import (
+    ChildExited,
+    IterationFinished,
+    LimitWaitStarted,
+    OutageEnded,
+    OutageStarted,
+    SupervisorStarted,
+    TreeStopped,
+    UsageHigh,
+)
+from ralph_supervisor.outcomes import STATE_STYLE, WORD_WIDTH, breaker_label
 from ralph_supervisor.text import clip, one_line
 from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
 
@@ -43,9 +53,13 @@ WAIT_WORDS = {"limit": "LIMIT wait", "ceiling": "CEILING wait", "outage": "OUTAG
 """The first words of a freeze's line, by its kind (`limit_wait.Wait.kind`)."""
 
 
-def clock(record: Mapping[str, Any], key: str = "ts", form: str = "%H:%M:%S") -> str:
+def clock(record: Mapping[str, Any]) -> str:
     """`HH:MM:SS` in local time of the event's `ts` (blanks when it has none, or no such time)."""
-    return time_of_day(record.get(key), form, otherwise=" " * 8)
+    return _clock(record.get("ts"))
+
+
+def _clock(moment: Any, form: str = "%H:%M:%S") -> str:
+    return time_of_day(moment, form, otherwise=" " * 8)
 
 
 def _plural(n: int, word: str, many: str | None = None) -> str:
@@ -126,16 +140,15 @@ class ConsoleLines:
 
     def _on_iteration_finished(self, r: Mapping[str, Any]) -> str:
         """`02:43:30  #12  ✔ progress     3 files  1 commit   12.3k tok  $0.04  Implemented step 1.`"""
-        outcome = outcome_of_record(r)
-        number = as_opt_int(r.get("iteration"))
-        files = as_int(r.get("files_changed"))
-        commits = as_int(r.get("commits"))
+        done = IterationFinished.of(r)
+        outcome = done.said()
+        number = done.iteration
         head = f"{clock(r)}  {'#' + str(number) if number is not None else '#?':<5} "
-        counts = (f"{_plural(files, 'file'):>8}  {_plural(commits, 'commit'):<9} {tokens(as_opt_int(r.get('tokens'))):>9}"
-                  f" {dollars(as_float(r.get('cost_usd')), brief=True):>6}")
+        counts = (f"{_plural(done.files_changed, 'file'):>8}  {_plural(done.commits, 'commit'):<9}"
+                  f" {tokens(done.tokens):>9} {dollars(done.cost_usd, brief=True):>6}")
         plain_mark = f"{outcome.mark} {outcome.word:<{WORD_WIDTH}}"
-        say = _text(r.get("first_error"), 300) if outcome.key in ("failed", "blocked") else ""
-        say = say or _text(r.get("blocked_reason") or r.get("reply"), 300)
+        say = _text(done.first_error, 300) if outcome.key in ("failed", "blocked") else ""
+        say = say or _text(done.blocked_reason or done.reply, 300)
         used = len(head) + len(plain_mark) + 2 + len(counts)
         room = self.width - used - 2
         tail = f"  {fit(say, room)}" if say and room >= 8 else ""
@@ -160,42 +173,42 @@ class ConsoleLines:
         return self._line(r, self._paint("OPEN for good", "bold red") + f": {_text(r.get('reason'), 2000)}")
 
     def _on_limit_wait_started(self, r: Mapping[str, Any]) -> str:
-        until = parse_time(r.get("until"))
-        at = clock(r, "until", "%H:%M").strip() or "?"
+        wait = LimitWaitStarted.of(r)
+        until = wait.until
+        at = _clock(until, "%H:%M").strip() or "?"
         left = f" ({duration(until - (parse_time(r.get('ts')) or until))})" if until is not None else ""
-        word = WAIT_WORDS.get(_text(r.get("kind"), 20), "LIMIT wait")
+        word = WAIT_WORDS.get(_text(wait.kind, 20), "LIMIT wait")
         return self._line(r, self._paint(f"{word} until {at}{left}", "bold blue")
-                          + f": {_text(r.get('reason'), 1000)}; the tree is frozen, `ralph-supervise resume` ends the wait")
+                          + f": {_text(wait.reason, 1000)}; the tree is frozen, `ralph-supervise resume` ends the wait")
 
     def _on_limit_wait_ended(self, r: Mapping[str, Any]) -> str:
         return self._line(r, self._paint("LIMIT over", "bold blue") + f": {_text(r.get('why'), 300)}")
 
     def _on_outage_started(self, r: Mapping[str, Any]) -> str:
-        since = clock(r, "since", "%H:%M").strip() or "?"
+        outage = OutageStarted.of(r)
+        since = _clock(outage.since, "%H:%M").strip() or "?"
         return self._line(r, self._paint(f"OUTAGE since {since}", "bold blue")
-                          + f": the agent cannot reach its API ({_text(r.get('message'), 300)}); nothing is counted, "
+                          + f": the agent cannot reach its API ({_text(outage.message, 300)}); nothing is counted, "
                             f"the breaker stays CLOSED")
 
     def _on_outage_ended(self, r: Mapping[str, Any]) -> str:
-        lasted = as_float(r.get("seconds"))
+        over = OutageEnded.of(r)
         return self._line(r, self._paint("OUTAGE over", "bold blue")
-                          + (f" after {duration(lasted)}" if lasted else "") + f": {_text(r.get('why'), 300)}")
+                          + (f" after {duration(over.seconds)}" if over.seconds else "") + f": {_text(over.why, 300)}")
 
     def _on_usage_high(self, r: Mapping[str, Any]) -> str:
-        windows = r.get("windows") if isinstance(r.get("windows"), list) else []
         said = []
-        for window in windows[:6]:
-            if not isinstance(window, Mapping):
-                continue
-            figure = as_float(window.get("utilization"))
-            resets = clock(window, "resets_at", "%H:%M").strip()
-            said.append(f"{_text(window.get('window'), 40)} at {'?' if figure is None else f'{figure:g}'} %"
+        for window in (UsageHigh.of(r).windows or ())[:6]:
+            figure = window.utilization
+            resets = _clock(window.resets_at, "%H:%M").strip()
+            said.append(f"{_text(window.window, 40)} at {'?' if figure is None else f'{figure:g}'} %"
                         + (f" (resets {resets})" if resets else ""))
         return self._line(r, self._paint("USAGE", "bold yellow") + ": " + ", ".join(said))
 
     def _on_tree_stopped(self, r: Mapping[str, Any]) -> str:
-        survivors = as_int(r.get("survivors"))
-        why = _text(r.get("reason"), 60).replace("_", " ")
+        stopped = TreeStopped.of(r)
+        survivors = stopped.survivors
+        why = _text(stopped.reason, 60).replace("_", " ")
         left = self._paint(f", {survivors} survived", "bold red") if survivors else ", nothing left behind"
         return self._line(r, self._paint("STOP", "bold") + f" the tree ({why}){left}")
 
@@ -212,11 +225,12 @@ class ConsoleLines:
                                   self.width - 10))
 
     def _on_child_exited(self, r: Mapping[str, Any]) -> str:
-        return self._line(r, f"the loop exited with code {as_opt_int(r.get('code'))}")
+        return self._line(r, f"the loop exited with code {ChildExited.of(r).code}")
 
     def _on_supervisor_started(self, r: Mapping[str, Any]) -> str:
-        return self._line(r, f"ralph-supervise watching {_text(r.get('workspace'), 300)}"
-                          f" (state in {_text(r.get('state_dir'), 300)})")
+        started = SupervisorStarted.of(r)
+        return self._line(r, f"ralph-supervise watching {_text(started.workspace, 300)}"
+                          f" (state in {_text(started.state_dir, 300)})")
 
     def _on_signal_received(self, r: Mapping[str, Any]) -> str:
         return self._line(r, self._paint(f"{_text(r.get('signal'), 20)}", "bold")

@@ -18,6 +18,7 @@ from typing import Literal
 
 from ralph_supervisor.breaker import Decision, State
 from ralph_supervisor.decisions import Plan, plan_for
+from ralph_supervisor.files.history_jsonl import transition
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.outcomes import outcome_of, outcome_words
 from ralph_supervisor.residual import CODE_ERROR, HUMAN_NEEDED, needs_a_human
@@ -143,13 +144,13 @@ def _evidence_table(reports: Sequence[IterationReport]) -> list[str]:
 
 
 def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
-    rows = [h for h in history if isinstance(h, Mapping)]
+    rows = [transition(h) for h in history if isinstance(h, Mapping)]
     if not rows:
         return ["Nothing yet: this is the first time the breaker opened in this run."]
-    opens = sum(1 for h in rows if h.get("to") == State.OPEN.value)
-    trials = sum(1 for h in rows if h.get("to") == State.HALF_OPEN.value)
-    failed = sum(1 for h in rows if h.get("from") == State.HALF_OPEN.value and h.get("to") == State.OPEN.value)
-    closed = sum(1 for h in rows if h.get("from") == State.HALF_OPEN.value and h.get("to") == State.CLOSED.value)
+    opens = sum(1 for h in rows if h.to_state == State.OPEN.value)
+    trials = sum(1 for h in rows if h.to_state == State.HALF_OPEN.value)
+    failed = sum(1 for h in rows if h.from_state == State.HALF_OPEN.value and h.to_state == State.OPEN.value)
+    closed = sum(1 for h in rows if h.from_state == State.HALF_OPEN.value and h.to_state == State.CLOSED.value)
     out = [
         f"{opens} open(s) before this one were recorded; {trials} trial(s) started, "
         f"{closed} closed the breaker, {failed} failed and re-opened it.",
@@ -157,8 +158,8 @@ def _tried(history: Sequence[Mapping[str, object]]) -> list[str]:
     ]
     for h in rows[-TRIED_ROWS:]:
         out.append(
-            f"- {h.get('ts', '?')} iteration {h.get('iteration', '?')}: {h.get('from', '?')} -> {h.get('to', '?')} "
-            f"({h.get('trigger', '?')}): {one_line(str(h.get('reason', '')), 200)}"
+            f"- {h.ts or '?'} iteration {'?' if h.iteration is None else h.iteration}: {h.from_state or '?'} -> "
+            f"{h.to_state or '?'} ({h.trigger or '?'}): {one_line(h.reason, 200)}"
         )
     if len(rows) > TRIED_ROWS:
         out.append(f"- … {len(rows) - TRIED_ROWS} earlier transition(s) in history.jsonl")
@@ -247,7 +248,8 @@ def render_escalation(
     """The Markdown of `escalation.md` for this open.
 
     `reports`: the last iterations (the newest last; only the last 10 are shown). `history`: the earlier
-    `history.jsonl` rows (dicts with ts, iteration, from, to, trigger, reason). `settings_summary`: the
+    `history.jsonl` lines as they were read (each taken as its owner reads it, `history_jsonl.transition`; a
+    damaged line gives empty fields). `settings_summary`: the
     thresholds worth showing; its `workspace` entry (if any) is used in the commands. `restore`: the lines
     that name the workspace snapshot to restore and the commands (from the snapshot keeper). `spend`: the
     tokens and dollars against the budgets (`spend.spend_lines`).

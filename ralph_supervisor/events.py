@@ -7,6 +7,11 @@ every event that is written in one module and read in another is named here once
 constant. An event only one module writes and nobody reads keeps its literal in that module.
 `tests/test_events_schema.py` checks both rules on the package's source.
 
+The fields of the events that more than one module reads (`iteration_finished`, `supervisor_started` and its
+budgets, `supervisor_stopped`, `child_exited`, `tree_stopped`, `limit_wait_started`, `outage_started`/`_ended`,
+`usage_high`) are read in one place too, `event_fields.py`: one frozen value per event
+(`IterationFinished.of(record)`), so no reader names their keys or converts them on its own.
+
     >>> import structlog
     >>> structlog.get_logger().info(LIMIT_WAIT_STARTED, until="2026-12-02T05:00:00.000Z")   # doctest: +SKIP
     >>> records, warnings = read(Path("/tmp/ralph-example"), frozenset({ITERATION_FINISHED}))

@@ -6,8 +6,6 @@ and the notices all take their outcome marks and breaker labels from here, so "n
 
     >>> outcome_of(progress=False, failed=True).word
     'failed'
-    >>> outcome_of_record({"outcome": "success", "files_changed": 2}).mark
-    '✔'
     >>> breaker_label("OPEN", "no-progress")
     'OPEN no-progress'
 """
@@ -16,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ralph_supervisor.triggers import NONE
 
@@ -63,15 +60,6 @@ def outcome_of(*, progress: bool, failed: bool = False, usage_limited: bool = Fa
     if failed:
         return FAILED
     return PROGRESS if progress else NO_CHANGE
-
-
-def outcome_of_record(record: Mapping[str, Any]) -> Outcome:
-    """The outcome of an `iteration_finished` event (or a ledger attempt: `outcome` success|failure|noop)."""
-    legacy = record.get("outcome")
-    failed = record.get("failed") is True or (legacy == "failure" and "failed" not in record)
-    return outcome_of(progress=legacy == "success", failed=failed, usage_limited=record.get("usage_limited") is True,
-                      blocked=record.get("blocked") is True, cut_short=record.get("cut_short") is True,
-                      outage=record.get("outage") is True)
 
 
 def outcome_words(outcome: Outcome, *, completed: bool = False, timed_out: bool = False) -> str:

@@ -1,13 +1,16 @@
 """One thread that runs jobs one at a time, in order, and folds a job that waits behind one of its kind into one.
 
-The snapshot keeper and the report writer both hand slow work (a snapshot, a render of `report.html`) to a thread
-of their own, so the event loop never waits for it; and both only care about the newest state: a snapshot reads
-the files as they are when it begins, a render the state folder. So a job of a merging kind that is still waiting
-when another of its kind comes is replaced by the newer one. Each user has its own worker (a render never waits
+The snapshot keeper, the report writer and the verify hand slow work (a snapshot, a render of `report.html`, a run
+of the project's tests) to a thread of their own, so the event loop never waits for it; and all only care about
+the newest state: a snapshot reads the files as they are when it begins, a render the state folder, a verify the
+newest snapshot. So a job of a merging kind that is still waiting when another of its kind comes is replaced by
+the newer one, which may take in what the replaced one carried (`fold`: the verify's newer job covers the
+iterations of the one it replaced, and says it skipped it). Each user has its own worker (a render never waits
 behind a snapshot); this is the one piece of code they share.
 
 Threads: the worker's queue, the job it runs and whether it is closing are behind the worker's one lock, never
-held while a job runs. A job's exception is handed to `on_error` (by default logged) and the next job runs.
+held while a job runs (`fold`, pure and quick, makes the newer job under it, so no other job comes between). A
+job's exception is handed to `on_error` (by default logged) and the next job runs.
 
     worker = SerialWorker("ralph-report", merge={"render"})
     worker.submit(Job("render", write_report))
@@ -42,15 +45,22 @@ def _log_error(job: Job, exc: BaseException) -> None:
     log.error("serial_job_failed", kind=job.kind, error=repr(exc)[:300])
 
 
+def _newer(_waiting: Job, newer: Job) -> Job:
+    return newer
+
+
 class SerialWorker:
     """Runs submitted jobs one at a time, in the order given, on one daemon thread named `name` (started at the
-    first job). A job of a kind in `merge` replaces one of the same kind that waits last in the queue."""
+    first job). A job of a kind in `merge` replaces one of the same kind that waits last in the queue: what waits
+    then is `fold(replaced, job)` (by default `job` itself)."""
 
     def __init__(self, name: str, *, merge: Collection[str] = (),
-                 on_error: Callable[[Job, BaseException], None] = _log_error) -> None:
+                 on_error: Callable[[Job, BaseException], None] = _log_error,
+                 fold: Callable[[Job, Job], Job] = _newer) -> None:
         self.name = name
         self.merge = frozenset(merge)
         self.on_error = on_error
+        self.fold = fold
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiting: deque[Job] = deque()
@@ -66,6 +76,7 @@ class SerialWorker:
             replaced = None
             if job.kind in self.merge and self._waiting and self._waiting[-1].kind == job.kind:
                 replaced = self._waiting.pop()  # not yet begun: the newer one sees what it would have seen
+                job = self.fold(replaced, job)
             self._waiting.append(job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
@@ -78,6 +89,12 @@ class SerialWorker:
         """The kind of the job running now, or None."""
         with self._lock:
             return None if self._running is None else self._running.kind
+
+    @property
+    def busy(self) -> bool:
+        """A job waits or runs."""
+        with self._lock:
+            return bool(self._waiting) or self._running is not None
 
     def waiting(self) -> tuple[str, ...]:
         """The kinds of the jobs not yet begun, oldest first."""

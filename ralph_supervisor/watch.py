@@ -26,12 +26,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ralph_supervisor import control, events, rotating
+from ralph_supervisor import control, events, rotating, status_json
+from ralph_supervisor.breaker import Breaker, Thresholds
+from ralph_supervisor.event_fields import Budgets, IterationFinished, SupervisorStarted
 from ralph_supervisor.rotating import complete_lines, tail_lines
 from ralph_supervisor.files import events_jsonl, history_jsonl, state_json
 from ralph_supervisor.files.history_jsonl import Transition
 from ralph_supervisor.format import dollars_share, duration, human_bytes, share, sparkline, time_of_day
-from ralph_supervisor.outcomes import STATE_STYLE, Outcome, outcome_of_record
+from ralph_supervisor.outcomes import STATE_STYLE, Outcome
 from ralph_supervisor.terminal import Outlet
 from ralph_supervisor.triggers import WAITS_FOR_HUMAN
 from ralph_supervisor.values import (
@@ -107,9 +109,9 @@ class Frame:
     processes: tuple[ProcessRow, ...]
     notes: tuple[str, ...] = ()
     state_dir_exists: bool = True
-    recent: tuple[Mapping[str, Any], ...] = ()
-    """The last `iteration_finished` records (for the sparkline and the spend), oldest first."""
-    budgets: Mapping[str, Any] = field(default_factory=dict)
+    recent: tuple[IterationFinished, ...] = ()
+    """The last finished iterations (for the sparkline and the spend), oldest first."""
+    budgets: Budgets = Budgets()
     """The run's budgets, from its `supervisor_started` event, when it is still in the log's tail."""
 
 
@@ -121,17 +123,17 @@ def is_iteration_finished(record: Mapping[str, Any]) -> bool:
     return events.name(record) == events.ITERATION_FINISHED
 
 
-def iteration_row(record: Mapping[str, Any]) -> IterationRow:
+def iteration_row(done: IterationFinished) -> IterationRow:
     return IterationRow(
-        iteration=as_opt_int(record.get("iteration")),
-        finished_at=as_text(record.get("ts") or record.get("timestamp"), 40),
-        files_changed=as_int(record.get("files_changed")),
-        commits=as_int(record.get("commits")),
-        output_bytes=as_int(record.get("output_bytes")),
-        errors=as_int(record.get("errors")),
-        tokens=as_int(record.get("tokens")),
-        outcome=as_text(record.get("outcome"), 20) or "?",
-        said=outcome_of_record(record) if record.get("outcome") in ("success", "failure", "noop") else None,
+        iteration=done.iteration,
+        finished_at=done.ts,
+        files_changed=done.files_changed,
+        commits=done.commits,
+        output_bytes=done.output_bytes,
+        errors=done.errors or 0,
+        tokens=done.tokens or 0,
+        outcome=done.outcome or "?",
+        said=done.said() if done.outcome in ("success", "failure", "noop") else None,
     )
 
 
@@ -139,34 +141,37 @@ def is_supervisor_started(record: Mapping[str, Any]) -> bool:
     return events.name(record) == events.SUPERVISOR_STARTED
 
 
-def sparklines(recent: Iterable[Mapping[str, Any]], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
+def finished_iterations(records: Iterable[Mapping[str, Any]]) -> list[IterationFinished]:
+    """The `iteration_finished` records among `records`, read (`event_fields.py`), in order."""
+    return [IterationFinished.of(record) for record in records if is_iteration_finished(record)]
+
+
+def sparklines(recent: Iterable[IterationFinished], width: int = SPARK_ITERATIONS) -> tuple[str, str, int]:
     """The report's timeline in small: changes (files and commits) and errors of the last iterations."""
     rows = list(recent)[-width:]
-    changes = [float(as_int(r.get("files_changed")) + as_int(r.get("commits"))) for r in rows]
-    errors = [float(as_int(r.get("errors")) or (1 if r.get("failed") is True else 0)) for r in rows]
+    changes = [float(r.files_changed + r.commits) for r in rows]
+    errors = [float(r.errors or (1 if r.failed is True else 0)) for r in rows]
     return sparkline(changes, width), sparkline(errors, width), len(rows)
 
 
-def spend_line(view: Mapping[str, Any], recent: Iterable[Mapping[str, Any]], budgets: Mapping[str, Any]) -> str:
+def spend_line(view: Mapping[str, Any], recent: Iterable[IterationFinished], budgets: Budgets) -> str:
     """Tokens and dollars spent this run, against the budgets when they are known."""
     tokens = as_int(view.get("tokens_used"))
-    line = f"tokens {share(tokens, as_int(budgets.get('token_budget')))}"
+    line = f"tokens {share(tokens, budgets.token_budget or 0)}"
     cost = as_float(view.get("cost_usd"))
     if cost is None:
-        costs = [c for c in (as_float(r.get("cost_usd")) for r in recent) if c is not None]
+        costs = [r.cost_usd for r in recent if r.cost_usd is not None]
         cost = sum(costs) if costs else None
-    if cost is not None or as_float(budgets.get("cost_budget")):
-        line += f" · dollars {dollars_share(cost, as_float(budgets.get('cost_budget')) or 0.0)}"
+    if cost is not None or budgets.cost_budget:
+        line += f" · dollars {dollars_share(cost, budgets.cost_budget or 0.0)}"
     return line
 
 
-def timeline(records: Iterable[Mapping[str, Any]], limit: int = TIMELINE_ROWS) -> tuple[IterationRow, ...]:
+def timeline(finished: Iterable[IterationFinished], limit: int = TIMELINE_ROWS) -> tuple[IterationRow, ...]:
     """The last `limit` finished iterations, oldest first; a repeated number keeps its latest record."""
     rows: dict[Any, IterationRow] = {}
-    for index, record in enumerate(records):
-        if not is_iteration_finished(record):
-            continue
-        row = iteration_row(record)
+    for index, done in enumerate(finished):
+        row = iteration_row(done)
         key = row.iteration if row.iteration is not None else ("anon", index)
         rows.pop(key, None)
         rows[key] = row
@@ -236,14 +241,11 @@ def current_iteration(status: Mapping[str, Any] | None, now: float) -> CurrentIt
     return CurrentIteration(iteration=as_opt_int(current.get("iteration")), age_s=age)
 
 
-def breaker_view(state: Mapping[str, Any] | None, status: Mapping[str, Any] | None) -> dict[str, Any]:
-    """status --json shape: the live answer wins, state.json fills in (also nested `counters`)."""
+def breaker_view(from_file: Mapping[str, Any] | None, status: Mapping[str, Any] | None) -> dict[str, Any]:
+    """status --json shape: the live answer wins, the reply made from state.json (`file_status`) fills in."""
     view: dict[str, Any] = {}
-    if isinstance(state, Mapping):
-        counters = state.get("counters")
-        if isinstance(counters, Mapping):
-            view.update(counters)
-        view.update(state)
+    if isinstance(from_file, Mapping):
+        view.update(from_file)
     if isinstance(status, Mapping):
         view.update(status)
     return view
@@ -444,6 +446,13 @@ class JsonlFollower:
 
     Keeps the last `keep_last` records that `wanted` accepts. On rotation (new inode, or the file
     shrank) it reloads from the end, backfilling from `NAME.1` when the new file has too few.
+
+    Not a second reader of the format but another job: `rotating.read_json_lines` reads a file and all
+    its rotated files once, whole (for the report, through the files' owners); a view refreshed every
+    second must not, so this keeps its place in the live file between polls and reads only the bytes
+    added since. What it reads goes through the same pieces: `rotating.tail_lines` (the one tail
+    reader) on a reload, `rotating.complete_lines` for appended bytes, `values.parse_json_lines` for
+    the records.
     """
 
     def __init__(self, path: Path, wanted: Callable[[Mapping[str, Any]], bool], keep_last: int,
@@ -506,9 +515,15 @@ class JsonlFollower:
         return [r for r in records if self._wanted(r)]
 
 
-def read_state(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """state.json as a dict, or None and a note saying why not (missing is not worth a note)."""
-    return state_json.read_dict(path.parent)
+def file_status(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The `status --json` reply made from state.json by its one builder (`status_json.reply`: what `status`
+    says with no supervisor running), or None and a note saying why not (a missing file is not worth a note).
+    The file is read and checked by its owner (`state_json.read`), as the supervisor would."""
+    recorded, note = state_json.read(state_dir)
+    if recorded is None:
+        return None, note
+    return status_json.reply(Breaker(Thresholds(), recorded.snapshot), limit_until=recorded.limit_until,
+                             supervisor_pid=None, child=None), None
 
 
 def ask_status(state_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -542,13 +557,13 @@ class Watcher:
     def frame(self, now: float) -> Frame:
         notes: list[str] = []
         exists = self.state_dir.is_dir()
-        state, note = read_state(state_json.path(self.state_dir))
+        state, note = file_status(self.state_dir)
         if note:
             notes.append(note)
         status, note = ask_status(self.state_dir) if exists else (None, None)
         if note:
             notes.append(note)
-        finished = self._events.poll()
+        finished = finished_iterations(self._events.poll())
         history = self._history.poll()
         for follower in (self._events, self._history):
             if follower.error:
@@ -572,9 +587,8 @@ class Watcher:
         )
 
 
-def _budgets(started: list[dict[str, Any]]) -> Mapping[str, Any]:
-    budgets = started[-1].get("budgets") if started else None
-    return budgets if isinstance(budgets, Mapping) else {}
+def _budgets(started: list[dict[str, Any]]) -> Budgets:
+    return SupervisorStarted.of(started[-1]).budgets if started else Budgets()
 
 
 def _console(file: Any = None, width: int = 120) -> Console:

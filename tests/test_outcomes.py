@@ -10,7 +10,8 @@ from ralph_supervisor import outcomes
 from ralph_supervisor.console import ConsoleLines
 from ralph_supervisor.escalation import outcome
 from ralph_supervisor.iteration import IterationReport
-from ralph_supervisor.outcomes import OUTCOMES, breaker_label, outcome_of, outcome_of_record
+from ralph_supervisor.event_fields import IterationFinished
+from ralph_supervisor.outcomes import OUTCOMES, breaker_label, outcome_of
 from ralph_supervisor.status import human
 from ralph_supervisor.watch import iteration_row
 
@@ -39,11 +40,11 @@ def test_console_watch_and_report_say_an_iteration_in_the_same_words() -> None:
              ({"outcome": "noop", "usage_limited": True}, dict(usage_limited=True)),
              ({"outcome": "failure", "blocked": True}, dict(blocked=True))]
     for record, report_fields in cases:
-        expected = outcome_of_record(record)
         event = {"event": "iteration_finished", "ts": "2026-12-02T02:00:00Z", "iteration": 1, **record}
+        expected = IterationFinished.of(event).said()
         console = ConsoleLines(colors=False)(event)
         assert console is not None and expected.label in console
-        row = iteration_row(event)
+        row = iteration_row(IterationFinished.of(event))
         assert row.said is expected
         report = IterationReport(1, 0.0, 1.0, **report_fields)  # type: ignore[arg-type]
         assert outcome(report) == expected.word

@@ -63,6 +63,28 @@ def test_a_waiting_job_of_a_merging_kind_is_replaced_by_the_newer_one_and_others
     worker.close(5)
 
 
+def test_fold_makes_the_job_that_waits_from_the_one_it_replaces_and_the_newer_one() -> None:
+    """The verify's way: the newer job carries what the replaced one would have done (the iterations it covers)."""
+    ran: list[object] = []
+
+    def job(covers: tuple[int, ...]) -> Job:
+        return Job("verify", lambda: ran.append(covers), about=covers)
+
+    worker = SerialWorker("test-serial", merge={"verify"},
+                          fold=lambda waiting, newer: job(tuple(sorted({*waiting.about, *newer.about}))))
+    began, let_go, blocker = gate()
+    assert not worker.busy
+    worker.submit(blocker)
+    assert began.wait(10) and worker.busy
+    worker.submit(job((1,)))
+    assert worker.submit(job((2, 3))).about == (1,)  # type: ignore[union-attr]
+    assert worker.submit(job((4,))).about == (1, 2, 3), "the folded job is the one that waits"  # type: ignore[union-attr]
+    let_go.set()
+    assert worker.idle(10) and not worker.busy
+    assert ran == [(1, 2, 3, 4)]
+    worker.close(5)
+
+
 def test_a_job_that_raises_is_handed_to_on_error_and_the_next_one_runs() -> None:
     failures: list[tuple[str, str]] = []
     worker = SerialWorker("test-serial", on_error=lambda job, exc: failures.append((job.kind, repr(exc))))

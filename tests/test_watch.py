@@ -29,9 +29,12 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from ralph_supervisor import watch
+from ralph_supervisor.event_fields import Budgets
 from ralph_supervisor.control import ControlServer
 from hypothesis import example
 
+from ralph_supervisor import status_json
+from ralph_supervisor.breaker import Snapshot, State
 from ralph_supervisor.files import state_json
 
 from tests.helpers import REPO, wait_for
@@ -74,7 +77,7 @@ def state_dir(tmp_path: Path) -> Path:
         "state": "OPEN", "reason": "3 iterations in a row without progress", "trigger": "no-progress",
         "iteration": 20, "consecutive_no_progress": 3, "consecutive_same_error": 2, "consecutive_failures": 1,
         # a minute before the test runs (NOW is fixed at import, and a loaded suite reaches here half an hour later)
-        "opened_at": iso(time.time() - 60), "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
+        "opened_at": time.time() - 60, "total_opens": 1, "cooldown_s": 1800, "tokens_used": 987654,
     }))
     write_jsonl(folder / "history.jsonl", [
         {"ts": iso(NOW - 900), "iteration": 4, "from": "CLOSED", "to": "OPEN", "trigger": "same-error",
@@ -417,12 +420,17 @@ def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Pa
 
 
 def test_timeline_keeps_the_latest_record_of_a_repeated_iteration() -> None:
-    rows = watch.timeline([finished(1, outcome="noop"), finished(2), finished(1, outcome="success")])
+    rows = watch.timeline(watch.finished_iterations([finished(1, outcome="noop"), finished(2),
+                                                     finished(1, outcome="success")]))
     assert [(r.iteration, r.outcome) for r in rows] == [(2, "failure"), (1, "success")]
 
 
-def test_breaker_view_prefers_the_live_status_and_reads_nested_counters() -> None:
-    state = {"state": "OPEN", "iteration": 4, "counters": {"consecutive_failures": 2}}
+def test_breaker_view_prefers_the_live_status_and_the_file_fills_in(tmp_path: Path) -> None:
+    """Without a supervisor the view is the reply `status` gives from state.json (its one builder)."""
+    state_json.save(tmp_path, Snapshot(state=State.OPEN, trigger="no-progress", iteration=4, consecutive_failures=2,
+                                       opened_at=NOW, cooldown_s=60))
+    state, note = watch.file_status(tmp_path)
+    assert note is None and state is not None and state["schema"] == status_json.SCHEMA
     assert watch.breaker_view(state, None)["consecutive_failures"] == 2
     view = watch.breaker_view(state, {"state": "CLOSED", "iteration": 5})
     assert (view["state"], view["iteration"], view["consecutive_failures"]) == ("CLOSED", 5, 2)
@@ -468,7 +476,7 @@ def test_any_records_render_without_raising(events: list[dict[str, Any]], state:
                                             status: dict[str, Any]) -> None:
     snap = watch.Frame(
         workspace="/w", state_dir="/w/.ralph-supervise", breaker=watch.breaker_view(state, status), live=True,
-        current=watch.current_iteration(status, NOW), iterations=watch.timeline(events),
+        current=watch.current_iteration(status, NOW), iterations=watch.timeline(watch.finished_iterations(events)),
         transitions=watch.transitions(events), processes=watch.processes(status),
     )
     console = Console(width=100, file=io.StringIO())
@@ -622,25 +630,26 @@ def test_watch_reads_any_jsonl_and_counts_what_it_cannot(lines: list[bytes]) -> 
 def test_watch_reads_any_state_json_or_says_why_not(here: Path, raw: bytes) -> None:
     path = fresh(here, state_json.NAME)
     path.write_bytes(raw)
-    value, note = watch.read_state(path)
+    value, note = watch.file_status(path.parent)
     assert (value is None) != (note is None)
     assert value is None or isinstance(value, dict)
     assert note is None or one_line(note)
 
 
 def test_the_header_shows_the_last_iterations_in_small_and_the_spend() -> None:
-    recent = [{"event": "iteration_finished", "iteration": i, "files_changed": f, "commits": 0, "errors": e,
-               "failed": e > 0, "cost_usd": 0.25} for i, (f, e) in enumerate([(3, 0), (0, 0), (0, 2), (6, 0)], 1)]
+    recent = watch.finished_iterations(
+        {"event": "iteration_finished", "iteration": i, "files_changed": f, "commits": 0, "errors": e,
+         "failed": e > 0, "cost_usd": 0.25} for i, (f, e) in enumerate([(3, 0), (0, 0), (0, 2), (6, 0)], 1))
     changes, errors, count = watch.sparklines(recent)
     assert (count, len(changes), len(errors)) == (4, 4, 4)
     assert changes[1] == "▁" and changes[3] == "█" and errors[2] == "█" and errors[0] == "▁"
     view = {"state": "CLOSED", "tokens_used": 7200}
-    assert watch.spend_line(view, recent, {"token_budget": 100000, "cost_budget": 5.0}) == (
+    assert watch.spend_line(view, recent, Budgets(token_budget=100000, cost_budget=5.0)) == (
         "tokens 7,200 of 100,000 (7 %) · dollars $1.00 of $5.00 (20 %)")
-    assert watch.spend_line(view, [], {}) == "tokens 7,200"
+    assert watch.spend_line(view, [], Budgets()) == "tokens 7,200"
     snap = watch.Frame(workspace="/w", state_dir="/w/.ralph-supervise", breaker=view, live=False, current=None,
                           iterations=(), transitions=(), processes=(), recent=tuple(recent),
-                          budgets={"token_budget": 100000})
+                          budgets=Budgets(token_budget=100000))
     console = Console(width=120, record=True)
     console.print(watch.render(snap, 1000.0))
     text = console.export_text()

@@ -3,9 +3,9 @@ breaker changes state, without fsync when only its counters moved (records.py de
 each survives).
 
 Readers differ only in what they do with a bad file: the supervisor moves it aside and starts CLOSED
-(`load(..., move_bad=True)`); `status`, `watch` and the scripts only read and report (`load` / `read_dict`).
+(`load(..., move_bad=True)`); `status` and `watch` only read and report (`load` / `read`).
 What the file holds besides the breaker (`limit_until`, `updated_at`, `supervisor_pid`) is read here too:
-`read` (the breaker checked as the supervisor checks it, for the report) and `shown` (each field on its own,
+`read` (the breaker checked as the supervisor checks it, for the report and `watch`) and `shown` (each field on its own,
 for `ls`, the page and `restore`, which show a loop whatever version wrote its file) are the only readers
 that name a key.
 

@@ -33,7 +33,6 @@ from ralph_supervisor.report.runs import RunInfo
 from ralph_supervisor.report.sources import GitFacts, Records
 from ralph_supervisor.report.timeline import Band, Mark, timeline_marks, wait_lines
 from ralph_supervisor.report.verdict import Verdict, judge, restore_steps, what_next
-from ralph_supervisor.values import as_text
 
 @dataclass(frozen=True)
 class Account:
@@ -77,10 +76,10 @@ def build_account(records: Records, runs: Sequence[RunInfo], git: GitFacts, *, n
     marks, bands = timeline_marks(rows, history, runs, now, records.state is not None and records.state.snapshot.final)
     verdict = judge(runs, records.state, rows, running, now, history)
     workspace = next((r.workspace for r in reversed(runs) if r.workspace), "") or str(records.state_dir.parent)
-    residual, decide, steps = what_next(verdict, records.state, rows, workspace, runs[-1].budgets if runs else {},
+    residual, decide, steps = what_next(verdict, records.state, rows, workspace, runs[-1].budgets if runs else None,
                                         records.state_dir)
     steps = steps + restore_steps(records.snapshots, workspace, called_a_human=residual is not None)
-    name = next((as_text(r.budgets.get("name"), 60) for r in reversed(runs) if r.budgets.get("name")), "")
+    name = next((r.budgets.name for r in reversed(runs) if r.budgets.name), "")
     walls = [(r.ended_at or (now if running and r is runs[-1] else r.last_at) or 0.0) - r.started_at
              for r in runs if r.started_at is not None]
     return Account(

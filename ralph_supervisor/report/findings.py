@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ralph_supervisor import events as ev
+from ralph_supervisor.event_fields import Budgets, TreeStopped
 from ralph_supervisor.files.state_json import Recorded
 from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.report.runs import RunInfo
 from ralph_supervisor.residual import states_blocker
 from ralph_supervisor.similarity import jaccard, word_set
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text
+from ralph_supervisor.values import as_int, as_text
 
 BLOCKER_SIMILARITY = 0.5
 """Two blocker statements whose word sets overlap this much (Jaccard) are one blocker restated."""
@@ -136,25 +137,24 @@ def hygiene(runs: Sequence[RunInfo]) -> Hygiene:
             if name == ev.ORPHANS_SWEPT:
                 swept += as_int(event.get("count"))
             elif name == ev.TREE_STOPPED:
+                stopped = TreeStopped.of(event)
                 stops += 1
-                survivors += as_int(event.get("survivors"))
-                more = event.get("survivor_pids")
-                if isinstance(more, list):
-                    pids += [p for p in (as_opt_int(v) for v in more) if p is not None]
+                survivors += stopped.survivors
+                pids += stopped.survivor_pids
     return Hygiene(swept, stops, survivors, tuple(pids[:50]))
 
 
 def spend(rows: Sequence[IterationRow], runs: Sequence[RunInfo], state: Recorded | None) -> Spend:
     """Tokens and dollars of the rows against the last run's budgets; the dollars of state.json (the breaker's
     count for the latest run) when no row says what its call cost (their events rotated away)."""
-    budgets = runs[-1].budgets if runs else {}
+    budgets = runs[-1].budgets if runs else Budgets()
     costs = [r.cost_usd for r in rows if r.cost_usd is not None]
     cost = sum(costs) if costs else (state.snapshot.cost_used if state is not None else None)
     return Spend(
         iterations=len(rows),
         tokens=sum(r.tokens or 0 for r in rows),
-        token_budget=as_int(budgets.get("token_budget")),
+        token_budget=budgets.token_budget or 0,
         cost_usd=cost if cost else (0.0 if costs else None),
-        cost_budget=as_float(budgets.get("cost_budget")) or 0.0,
-        max_iterations=as_int(budgets.get("max_iterations")),
+        cost_budget=budgets.cost_budget or 0.0,
+        max_iterations=budgets.max_iterations or 0,
     )

@@ -86,7 +86,7 @@ def iterations_line(a: Account) -> str:
 def box_of(a: Account) -> str:
     """The box the last run was in (`--sandbox bwrap`) and the writes it refused, as the output shows them;
     "" for a run in no box."""
-    if not a.runs or a.runs[-1].budgets.get("sandbox") != "bwrap":
+    if not a.runs or a.runs[-1].budgets.sandbox != "bwrap":
         return ""
     from ralph_supervisor.sandbox import refused_in_log
 

@@ -17,12 +17,13 @@ from typing import Any
 
 from ralph_supervisor import events as ev
 from ralph_supervisor.escalation import outcome
+from ralph_supervisor.event_fields import IterationFinished
 from ralph_supervisor.files.history_jsonl import Transition
 from ralph_supervisor.iteration import IterationReport
 from ralph_supervisor.outcomes import outcome_of
 from ralph_supervisor.report.runs import RunInfo, record_time
 from ralph_supervisor.signature import error_signature
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text
+from ralph_supervisor.values import as_opt_int, as_text
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,6 @@ def _words(text: Any, limit: int = 300) -> str:
     return as_text(text, limit)
 
 
-def _status_block(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {as_text(k, 40): as_text(v, 200) for k, v in list(value.items())[:12]}
-
-
 def _state_at(history: Sequence[Transition], times: Sequence[float], t: float | None) -> str:
     """The breaker's state at moment `t` (the `to` of the last transition before it)."""
     if t is None or not times:
@@ -115,7 +110,7 @@ def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
     rows: list[IterationRow] = []
     for run in runs:
         started: dict[int, float | None] = {}
-        finished: dict[int, Mapping[str, Any]] = {}
+        finished: dict[int, IterationFinished] = {}
         order: list[int] = []
         for event in run.events:
             name = ev.name(event)
@@ -127,7 +122,7 @@ def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
             if name == ev.ITERATION_STARTED:
                 started[number] = record_time(event)
             else:
-                finished[number] = event
+                finished[number] = IterationFinished.of(event)
         for number in order:
             rows.append(_row(len(rows), number, run.index, started.get(number), finished.get(number),
                              attempts.get(number), history, times, opened_at,
@@ -141,35 +136,33 @@ def iteration_rows(runs: Sequence[RunInfo], ledger: Sequence[Mapping[str, Any]],
     return rows
 
 
-def _row(position: int, number: int, run: int, started_at: float | None, done: Mapping[str, Any] | None,
+def _row(position: int, number: int, run: int, started_at: float | None, done: IterationFinished | None,
          attempt: Mapping[str, Any] | None, history: Sequence[Transition], times: Sequence[float],
          opened_at: Mapping[int, str], current: bool) -> IterationRow:
-    done = done or {}
     attempt = attempt or {}
-    ended = record_time(done) if done else None
-    took = as_float(done.get("duration_s"))
+    ended = done.at if done is not None else None
+    took = done.duration_s if done is not None else None
     if started_at is None and ended is not None and took is not None:
         started_at = ended - took
     if took is None and started_at is not None and ended is not None:
         took = max(0.0, ended - started_at)
+    said = done or IterationFinished()
     action = _words(attempt.get("action"), 200)
-    first_error = _words(done.get("first_error") or attempt.get("error"), 300)
-    signatures = done.get("error_signatures")
-    if isinstance(signatures, list):
-        sigs = tuple(_words(s, 200) for s in signatures if isinstance(s, str))
+    first_error = said.first_error or _words(attempt.get("error"), 300)
+    if said.error_signatures is not None:
+        sigs = said.error_signatures
     else:
         sigs = (error_signature(first_error),) if first_error else ()
-    blocked = done.get("blocked") is True
-    blocked_reason = _words(done.get("blocked_reason"), 300)
-    if blocked and not blocked_reason and action.startswith("blocked: "):
+    blocked_reason = said.blocked_reason
+    if said.blocked and not blocked_reason and action.startswith("blocked: "):
         blocked_reason = action[len("blocked: "):]
-    if done:
-        result = _words(done.get("outcome"), 20) or _words(attempt.get("outcome"), 20) or "?"
+    if done is not None:
+        result = done.outcome or _words(attempt.get("outcome"), 20) or "?"
     elif attempt:
         result = _words(attempt.get("outcome"), 20) or "?"
     else:
         result = "running" if current else "unfinished"
-    tokens = as_opt_int(done.get("tokens")) if "tokens" in done else as_opt_int(attempt.get("tokensUsed"))
+    tokens = said.tokens if said.tokens is not None else as_opt_int(attempt.get("tokensUsed"))
     fields: dict[str, Any] = dict(
         position=position,
         number=number,
@@ -177,29 +170,29 @@ def _row(position: int, number: int, run: int, started_at: float | None, done: M
         started_at=started_at,
         ended_at=ended,
         duration_s=took,
-        files_changed=as_int(done.get("files_changed")),
-        commits=as_int(done.get("commits")),
-        output_bytes=as_int(done.get("output_bytes")),
-        errors=as_int(done.get("errors")) if "errors" in done else len(sigs),
+        files_changed=said.files_changed,
+        commits=said.commits,
+        output_bytes=said.output_bytes,
+        errors=said.errors if said.errors is not None else len(sigs),
         tokens=tokens,
-        cost_usd=as_float(done.get("cost_usd")),
+        cost_usd=said.cost_usd,
         outcome=result,
-        failed=done.get("failed") is True or (not done and result == "failure"),
-        usage_limited=done.get("usage_limited") is True,
-        blocked=blocked,
+        failed=said.failed is True or (done is None and result == "failure"),
+        usage_limited=said.usage_limited,
+        blocked=said.blocked,
         blocked_reason=blocked_reason,
-        cut_short=done.get("cut_short") is True,
-        completed=done.get("completed") is True,
-        outage=done.get("outage") is True,
-        states_blocker=done.get("states_blocker") is True,
+        cut_short=said.cut_short,
+        completed=said.completed,
+        outage=said.outage,
+        states_blocker=said.states_blocker,
         trial=_state_at(history, times, started_at) == "HALF_OPEN",
         tripped=opened_at.get(number, ""),
         action=action,
         first_error=first_error,
         signatures=sigs,
-        reply=_words(done.get("reply"), 500),
-        status=_status_block(done.get("status_block")),
-        returned_to=as_opt_int(done.get("returned_to")),
+        reply=said.reply,
+        status=said.status_block,
+        returned_to=said.returned_to,
     )
     judged = IterationReport(number, 0.0, 0.0, **{k: fields[k] for k in _OUTCOME_FIELDS})
     label = result if result in ("running", "unfinished") else outcome(judged)  # escalation's words

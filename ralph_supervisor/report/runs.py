@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ralph_supervisor import events as ev
-from ralph_supervisor.values import as_int, as_opt_int, as_text, parse_time
+from ralph_supervisor.event_fields import Budgets, ChildExited, SupervisorStarted, SupervisorStopped, TreeStopped
+from ralph_supervisor.values import parse_time
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class RunInfo:
     exit_code: int | None
     workspace: str
     command: tuple[str, ...]
-    budgets: Mapping[str, Any]
+    budgets: Budgets
     child_starts: int
     child_codes: tuple[int, ...]
     stop_reasons: tuple[str, ...]
@@ -67,23 +68,23 @@ def record_time(record: Mapping[str, Any]) -> float | None:
 
 
 def run_info(index: int, events: Sequence[Mapping[str, Any]]) -> RunInfo:
-    started = next((e for e in events if ev.name(e) == ev.SUPERVISOR_STARTED), None)
-    stopped = next((e for e in reversed(events) if ev.name(e) == ev.SUPERVISOR_STOPPED), None)
+    first = next((e for e in events if ev.name(e) == ev.SUPERVISOR_STARTED), None)
+    started = SupervisorStarted.of(first) if first is not None else None
+    last = next((e for e in reversed(events) if ev.name(e) == ev.SUPERVISOR_STOPPED), None)
+    stopped = SupervisorStopped.of(last) if last is not None else None
     times = [t for t in (record_time(e) for e in events) if t is not None]
-    command = started.get("command") if started else None
-    budgets = started.get("budgets") if started else None
     return RunInfo(
         index=index,
-        started_at=(record_time(started) if started else None) or (times[0] if times else None),
-        ended_at=record_time(stopped) if stopped else None,
+        started_at=(started.at if started else None) or (times[0] if times else None),
+        ended_at=stopped.at if stopped else None,
         last_at=times[-1] if times else None,
-        exit_code=as_opt_int(stopped.get("code")) if stopped else None,
-        workspace=as_text(started.get("workspace"), 500) if started else "",
-        command=tuple(str(c) for c in command) if isinstance(command, list) else (),
-        budgets=budgets if isinstance(budgets, Mapping) else {},
+        exit_code=stopped.code if stopped else None,
+        workspace=started.workspace if started else "",
+        command=started.command if started else (),
+        budgets=started.budgets if started else Budgets(),
         child_starts=sum(1 for e in events if ev.name(e) == ev.CHILD_STARTED),
-        child_codes=tuple(as_int(e.get("code")) for e in events if ev.name(e) == ev.CHILD_EXITED),
-        stop_reasons=tuple(as_text(e.get("reason"), 40) for e in events if ev.name(e) == ev.TREE_STOPPED),
+        child_codes=tuple(ChildExited.of(e).code or 0 for e in events if ev.name(e) == ev.CHILD_EXITED),
+        stop_reasons=tuple(TreeStopped.of(e).reason for e in events if ev.name(e) == ev.TREE_STOPPED),
         events=tuple(events),
     )
 

@@ -12,16 +12,23 @@ Pure: rows, the breaker's history and the runs' events in, `Mark` and `Band` val
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ralph_supervisor import events as ev
+from ralph_supervisor.event_fields import (
+    ChildExited,
+    LimitWaitStarted,
+    OutageEnded,
+    OutageStarted,
+    UsageHigh,
+    UsageWindow,
+)
 from ralph_supervisor.files.history_jsonl import Transition
 from ralph_supervisor.format import duration, human_bytes, utc_clock
 from ralph_supervisor.report.rows import IterationRow
 from ralph_supervisor.report.runs import RunInfo, record_time
-from ralph_supervisor.values import as_float, as_int, as_opt_int, as_text, parse_time
+from ralph_supervisor.values import as_float, as_int
 
 @dataclass(frozen=True)
 class Mark:
@@ -127,15 +134,16 @@ def timeline_marks(rows: Sequence[IterationRow], history: Sequence[Transition],
                     marks.append(Mark("restart", axis.x(t), t, None, "the loop's command was started again"))
                 first_child = False
             elif name == ev.CHILD_EXITED:
-                code = as_int(event.get("code"))
-                marks.append(Mark("exit", axis.x(t), t, as_opt_int(event.get("iteration")),
-                                  f"the loop's command exited with code {code}"))
+                exited = ChildExited.of(event)
+                marks.append(Mark("exit", axis.x(t), t, exited.iteration,
+                                  f"the loop's command exited with code {exited.code or 0}"))
             elif name == ev.LIMIT_WAIT_STARTED:
-                until = parse_time(event.get("until"))
+                wait = LimitWaitStarted.of(event)
+                until = wait.until
                 x = axis.x(t)
                 what = {"ceiling": "usage ceiling: waiting", "outage": "API outage: backing off"}.get(
-                    as_text(event.get("kind"), 20), "usage limit: waiting")
-                marks.append(Mark("limit_wait", x, t, as_opt_int(event.get("iteration")),
+                    wait.kind, "usage limit: waiting")
+                marks.append(Mark("limit_wait", x, t, wait.iteration,
                                   what + (f" until {utc_clock(until)}" if until else "")))
                 limit = (x, t, until)
             elif name == ev.OUTAGE_STARTED:
@@ -166,18 +174,20 @@ def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
     lines: list[str] = []
     open_since: tuple[float | None, str] | None = None
     lasted: list[float] = []
-    usage: list[Any] = []
+    usage: tuple[UsageWindow, ...] = ()
     for run in runs:
         open_since = None
         for event in run.events:
             name = ev.name(event)
             if name == ev.OUTAGE_STARTED:
-                open_since = (parse_time(event.get("since")) or record_time(event), as_text(event.get("message"), 300))
+                outage = OutageStarted.of(event)
+                open_since = (outage.since or record_time(event), outage.message)
             elif name == ev.OUTAGE_ENDED:
                 open_since = None
-                lasted.append(as_float(event.get("seconds")) or 0.0)
-            elif name == ev.USAGE_HIGH and isinstance(event.get("windows"), list):
-                usage = event["windows"]
+                lasted.append(OutageEnded.of(event).seconds or 0.0)
+            elif name == ev.USAGE_HIGH:
+                windows = UsageHigh.of(event).windows
+                usage = usage if windows is None else windows
     if open_since is not None and running:
         lines.append(f"OUTAGE since {utc_clock(open_since[0])}: {open_since[1] or 'the agent cannot reach its API'}")
     if lasted:
@@ -192,9 +202,7 @@ def wait_lines(runs: Sequence[RunInfo], now: float, running: bool) -> list[str]:
                                                                     if peaks else "")
                      + (f"; the OOM killer struck {ooms} time{'s' if ooms != 1 else ''}" if ooms else ""))
     for window in usage[:4]:
-        if isinstance(window, Mapping):
-            resets = parse_time(window.get("resets_at"))
-            if resets is not None and resets > now:
-                lines.append(f"USAGE {as_text(window.get('window'), 40)} at {as_float(window.get('utilization')) or 0:g} % "
-                             f"(resets {utc_clock(resets)})")
+        if window.resets_at is not None and window.resets_at > now:
+            lines.append(f"USAGE {window.window} at {window.utilization or 0:g} % "
+                         f"(resets {utc_clock(window.resets_at)})")
     return lines

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph_supervisor import events as ev
+from ralph_supervisor.event_fields import Budgets, LimitWaitStarted
 from ralph_supervisor.breaker import Decision, Snapshot, State
 from ralph_supervisor.escalation import Residual, classify_residual, decide_next, how_to_continue
 from ralph_supervisor.files import child_log
@@ -24,7 +25,7 @@ from ralph_supervisor.files.state_json import Recorded
 from ralph_supervisor.format import utc_clock
 from ralph_supervisor.report.rows import IterationRow, as_iteration_report
 from ralph_supervisor.report.runs import RunInfo
-from ralph_supervisor.values import as_int, as_text, parse_time
+from ralph_supervisor.values import as_int, as_text
 
 @dataclass(frozen=True)
 class Verdict:
@@ -89,7 +90,7 @@ def judge(runs: Sequence[RunInfo], state: Recorded | None, rows: Sequence[Iterat
         iteration = last.iteration or iteration
     opened = s.opened_at
     cooldown = s.cooldown_s
-    budgets = run.budgets if run else {}
+    budgets = run.budgets if run else Budgets()
 
     def make(status: str, by: str, code: int | None = None, until: float | None = None,
              why: str = reason, what: str = trigger) -> Verdict:
@@ -106,7 +107,7 @@ def judge(runs: Sequence[RunInfo], state: Recorded | None, rows: Sequence[Iterat
         if breaker == "OPEN":
             if trigger == "manual":
                 return make("paused", "hand")
-            mode = as_text(budgets.get("on_open"), 10)
+            mode = budgets.on_open
             return make("paused", "restart" if mode == "kill" else "breaker",
                         until=opened + cooldown if opened is not None and cooldown else None)
         if breaker == "HALF_OPEN":
@@ -140,7 +141,7 @@ def limit_until(state: Recorded | None, run: RunInfo | None, now: float) -> floa
     for event in run.events:
         name = ev.name(event)
         if name == ev.LIMIT_WAIT_STARTED:
-            waiting = parse_time(event.get("until")) or float("inf")
+            waiting = LimitWaitStarted.of(event).until or float("inf")
         elif name == ev.LIMIT_WAIT_ENDED or name == ev.ITERATION_STARTED:
             waiting = None
     if waiting is None or waiting <= now:
@@ -158,18 +159,18 @@ def _decision(state: Recorded | None, verdict: Verdict) -> Decision:
 
 
 def what_next(verdict: Verdict, state: Recorded | None, rows: Sequence[IterationRow],
-              workspace: str, verdict_budgets: Mapping[str, Any] | None = None, state_dir: Path | None = None
+              workspace: str, verdict_budgets: Budgets | None = None, state_dir: Path | None = None
               ) -> tuple[Residual | None, list[str], list[str]]:
     """The residual (when the breaker called a human), what to decide, and the commands that continue.
     `state_dir`: the folder the records came from, where the loop's output is (wherever `--state-dir` put it)."""
     w = workspace or "DIR"
-    verdict_budgets = verdict_budgets or {}
+    verdict_budgets = verdict_budgets or Budgets()
     if verdict.by in ("breaker", "restart", "hand", "refused"):
         decision = _decision(state, verdict)
         reports = [as_iteration_report(r) for r in rows[-10:]]
         residual = classify_residual(decision, reports)
         has_errors = any(r.signatures for r in rows[-10:])
-        on_open = as_text(verdict_budgets.get("on_open"), 10) or "pause"
+        on_open = verdict_budgets.on_open or "pause"
         return residual, decide_next(residual, decision, has_errors), how_to_continue(decision, w, on_open)
     if verdict.status == "running":
         return None, ["- Nothing yet: the loop is running and the breaker is closed."], [

@@ -26,6 +26,7 @@ from typing import Any
 
 from ralph_supervisor import fleet, registry
 from ralph_supervisor import events
+from ralph_supervisor.event_fields import IterationFinished, SupervisorStarted
 from ralph_supervisor.files import escalation_md, events_jsonl, report_html, state_json
 from ralph_supervisor.store import iso_utc
 from ralph_supervisor.values import as_int, as_opt_int, as_text
@@ -110,23 +111,19 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     spark: deque[int] = deque(maxlen=SPARK_ITERATIONS)
     reply: dict[str, Any] | None = None
     verify: dict[str, Any] | None = None
-    budgets: dict[str, Any] = {}
+    budgets: dict[str, int | float] = {}
     for record in records:
-        name = record.get("event")
+        name = events.name(record)
         if name == events.ITERATION_FINISHED:
-            spark.append(as_int(record.get("files_changed")) + as_int(record.get("commits")))
-            text = record.get("reply")
-            if isinstance(text, str) and text.strip():
-                reply = {"iteration": as_opt_int(record.get("iteration")), "text": as_text(text, REPLY_CHARS)}
+            done = IterationFinished.of(record)
+            spark.append(done.files_changed + done.commits)
+            if done.reply:
+                reply = {"iteration": done.iteration, "text": as_text(done.reply, REPLY_CHARS)}
         elif name == events.VERIFY_FINISHED:
             verify = {k: as_int(record.get(k)) for k in ("passed", "failed", "errors", "skipped")}
             verify["iteration"] = as_opt_int(record.get("iteration"))
         elif name == events.SUPERVISOR_STARTED:
-            raw = record.get("budgets")
-            if isinstance(raw, Mapping):
-                budgets = {k: v for k, v in raw.items()
-                           if k in ("token_budget", "cost_budget", "max_iterations", "daily_token_budget",
-                                    "daily_cost_budget") and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            budgets = SupervisorStarted.of(record).budgets.numbers()
             spark.clear()
             reply = verify = None
     return {"spark": list(spark), "last_reply": reply, "verify": verify, "budgets": budgets}

@@ -7,9 +7,9 @@ the workspace, and the snapshot comes first on the import path (an editable inst
 virtual environment points at the workspace). Build caches (`CARGO_TARGET_DIR`) persist under the
 state folder.
 
-One verify at a time, on a thread of its own, at low priority (box.py): when iterations come faster than
-verifies, the newest waiting snapshot is verified and those in between are marked skipped, and each
-verify names the iterations it covers. A verify that cannot say anything (its command is missing, it
+One verify at a time, on a thread of its own (`serial.SerialWorker`), at low priority (box.py): when
+iterations come faster than verifies, the newest waiting snapshot is verified and those in between are
+marked skipped, and each verify names the iterations it covers. A verify that cannot say anything (its command is missing, it
 hangs past `--verify-timeout`, it is killed, it ran no test) is "unverified", never "failed": the
 supervisor's own trouble is never the agent's fault. It is a helper (process/helpers.py): never in the
 loop's tree, never frozen by a pause; `close` ends it with its whole tree.
@@ -48,6 +48,7 @@ from ralph_supervisor import store as state_files
 from ralph_supervisor.files import verify_jsonl
 from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.sandbox import VerifyBox
+from ralph_supervisor.serial import Job, SerialWorker
 from ralph_supervisor.snapshots.git import SnapshotError
 from ralph_supervisor.snapshots.info import SnapshotInfo
 from ralph_supervisor.snapshots.restore import write_files
@@ -228,15 +229,30 @@ class _Output:
         return (bytes(self.head) + gap + tail).decode("utf-8", "replace")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Job:
+    """One snapshot to verify, the iterations its verify covers, those whose snapshots it skipped."""
+
     info: SnapshotInfo
-    covers: list[int]
-    skipped: list[int] = field(default_factory=list)
+    covers: tuple[int, ...]
+    skipped: tuple[int, ...] = ()
+
+    def after(self, waiting: _Job) -> _Job:
+        """This job in place of `waiting` (never begun): it covers that one's iterations too, and skips it."""
+        return _Job(self.info, tuple(sorted({*waiting.covers, *self.covers})),
+                    tuple(sorted({*waiting.skipped, waiting.info.iteration})))
+
+
+VERIFY = "verify"
+"""The kind of the verify's jobs on its worker: a newer one replaces one that waits."""
 
 
 class Verifier:
-    """Runs the verifies, one at a time, newest waiting first; reports each on `on_finished` (its thread)."""
+    """Runs the verifies, one at a time, newest waiting first; reports each on `on_finished` (its thread).
+
+    Threads: the jobs are the worker's (`SerialWorker`, its own lock); what a verify leaves for the next (the
+    last verified tree, `last`) is written on the worker's thread only; `_lock` guards the iterations covered so
+    far (the submitting thread's) and the process running (read by `close`)."""
 
     def __init__(self, plan: VerifyPlan, store: SnapshotStore, *,
                  on_finished: Callable[[VerifyRun], None] = lambda run: None, rerun_broken: bool = True) -> None:
@@ -247,13 +263,11 @@ class Verifier:
         """Run a newly failing test's command once more before it counts (off with --regression 0)."""
         self.store = store
         self._on_finished = on_finished
-        self._lock = threading.Condition()
-        self._waiting: _Job | None = None
-        self._running: _Job | None = None
+        self._lock = threading.Lock()
+        self._worker = SerialWorker("ralph-verify", merge={VERIFY}, on_error=self._failed,
+                                    fold=lambda waiting, newer: self._job(newer.about.after(waiting.about)))
         self._proc: subprocess.Popen[bytes] | None = None
-        self._closing = False
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last_covered = 0
         self._previous: tuple[SnapshotInfo, Path, TestResults] | None = None
         self.last: VerifyRun | None = None
@@ -264,39 +278,29 @@ class Verifier:
     # -- what the supervisor calls --------------------------------------------------------------------
 
     def start(self) -> None:
+        """Before the first `submit`: the verify's folder emptied of a crash's leftovers."""
         root = self.plan.root
-        shutil.rmtree(root, ignore_errors=True)  # a crash's leftovers
-        self._thread = threading.Thread(target=self._work, name="ralph-verify", daemon=True)
-        self._thread.start()
+        shutil.rmtree(root, ignore_errors=True)
         log.info("verify_ready", command=self.plan.command, timeout_s=self.plan.timeout, folder=str(root))
 
     def submit(self, info: SnapshotInfo) -> None:
         """A new snapshot to verify: it replaces the one waiting (which is marked skipped)."""
         with self._lock:
-            if self._closing:
-                return
             if info.kind == "start":  # the state the run began in (after a restart, not iterations 1..N again)
-                covers = [info.iteration]
+                covers: tuple[int, ...] = (info.iteration,)
             else:
-                covers = list(range(self._last_covered + 1, info.iteration + 1)) or [info.iteration]
+                covers = tuple(range(self._last_covered + 1, info.iteration + 1)) or (info.iteration,)
             self._last_covered = max(self._last_covered, info.iteration)
-            job = _Job(info, covers)
-            if self._waiting is not None:
-                dropped = self._waiting
-                job.covers = sorted(set(dropped.covers) | set(covers))
-                job.skipped = sorted(set(dropped.skipped) | {dropped.info.iteration})
-                log.info("verify_skipped", iteration=dropped.info.iteration, newer=info.iteration)
-            self._waiting = job
-            self._lock.notify_all()
+        replaced = self._worker.submit(self._job(_Job(info, covers)))
+        if replaced is not None:
+            log.info("verify_skipped", iteration=replaced.about.info.iteration, newer=info.iteration)
 
     def busy(self) -> bool:
-        with self._lock:
-            return self._waiting is not None or self._running is not None
+        return self._worker.busy
 
     def idle(self, timeout: float) -> bool:
         """Wait until nothing is waiting or running; False on timeout."""
-        with self._lock:
-            return self._lock.wait_for(lambda: self._waiting is None and self._running is None, timeout)
+        return self._worker.idle(timeout)
 
     def close(self, wait: float = 0.0) -> None:
         """Let what is pending finish (at most `wait` seconds), then end the verify under way and its tree."""
@@ -304,47 +308,37 @@ class Verifier:
             log.info("verify_waiting", seconds=wait)
             if not self.idle(wait):
                 log.warning(events.VERIFY_UNFINISHED, hint=f"pending verifies took longer than {wait:g} s: ended")
-        with self._lock:
-            self._closing = True
-            self._waiting = None
-            self._lock.notify_all()
-        self._stop.set()
+        self._stop.set()  # a verify that begins now ends at once
         self._end_process()
-        if self._thread is not None:
-            self._thread.join(KILL_GRACE_S + 5.0)
+        self._worker.close(KILL_GRACE_S + 5.0, drain=False)
         self._log.close()
         shutil.rmtree(self.plan.root, ignore_errors=True)
 
     # -- the verify's thread --------------------------------------------------------------------------
 
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                while self._waiting is None and not self._closing:
-                    self._lock.wait()
-                if self._closing:
-                    return
-                job, self._waiting = self._waiting, None
-                self._running = job
-            try:
-                run = self._verify(job)
-                if run is not None:
-                    self.last = run
-                    self._log.record(run.line())
-                    self._on_finished(run)
-            except Exception as exc:  # noqa: BLE001 - a fault of ours never stops supervision
-                log.warning("verify_failed", iteration=job.info.iteration, error=repr(exc)[:300])
-            finally:
-                with self._lock:
-                    self._running = None
-                    self._lock.notify_all()
+    def _job(self, job: _Job) -> Job:
+        return Job(VERIFY, lambda: self._run_job(job), about=job)
+
+    def _run_job(self, job: _Job) -> None:
+        if self._stop.is_set():
+            return
+        run = self._verify(job)
+        if run is not None:
+            self.last = run
+            self._log.record(run.line())
+            self._on_finished(run)
+
+    @staticmethod
+    def _failed(job: Job, exc: BaseException) -> None:
+        """A fault of ours never stops supervision: said, and the next verify runs."""
+        log.warning("verify_failed", iteration=job.about.info.iteration, error=repr(exc)[:300])
 
     def _verify(self, job: _Job) -> VerifyRun | None:
         info = job.info
-        covers = tuple(job.covers)
+        covers = job.covers
         started, began = time.time(), time.monotonic()
         log.info("verify_started", iteration=info.iteration, covers=list(covers), snapshot=info.id,
-                 skipped_iterations=job.skipped, command=self.plan.command)
+                 skipped_iterations=list(job.skipped), command=self.plan.command)
         tree = self.plan.root / f"tree-{info.id}"
         try:
             self._export(info, tree)
@@ -393,9 +387,9 @@ class Verifier:
             findings = tuple(self._weakening(previous[0], previous[1], info, tree))
             fixed, broke = changes(previous[2], results)
         run = VerifyRun(
-            iteration=info.iteration, snapshot=info.id, covers=tuple(job.covers), started=started,
+            iteration=info.iteration, snapshot=info.id, covers=job.covers, started=started,
             seconds=time.monotonic() - began, exit_code=code, results=results, unverified=reason, left=left,
-            findings=findings, fixed=fixed, broke=broke, skipped_iterations=tuple(job.skipped),
+            findings=findings, fixed=fixed, broke=broke, skipped_iterations=job.skipped,
             previous_iteration=previous[0].iteration if previous else None,
             previous_results=previous[2] if previous else None,
             previous_snapshot=previous[0] if previous else None,
