@@ -18,6 +18,7 @@ and the verdict written by hand.
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import attrgetter, itemgetter
 
 from ralph_supervisor.signature import error_signature, js_trim, similarity
@@ -281,36 +282,32 @@ def json_type(value: Any) -> str:
 
 
 _OUTCOME_SET = frozenset(OUTCOMES)
+_DICTS, _STRINGS, _INTS, _STRINGS_OR_NULL = frozenset({dict}), frozenset({str}), frozenset({int}), frozenset({str, type(None)})
 
 
 def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
-    """Every attempt, validated. The loop takes a well-formed attempt in a few type checks (a ledger may hold
-    100,000); anything else goes through `_attempt`'s careful checks, which accept it or name what is wrong."""
-    attempts = []
-    append = attempts.append
-    make = tuple.__new__
-    outcomes = _OUTCOME_SET
-    index = 0
-    for item in items:
-        if type(item) is dict:
-            get = item.get
-            action = get("action")
-            outcome = get("outcome")
-            error = get("error")
-            tokens = get("tokensUsed")
+    """Every attempt, validated. A well-formed ledger (one may hold 100,000 attempts) is checked a field at a time
+    over all attempts, each pass in C; where any attempt is not plainly well formed, each goes through
+    `_attempt`'s careful checks, which accept it or name what is wrong."""
+    try:
+        if _DICTS.issuperset(map(type, items)):
+            get = dict.get
+            actions = list(map(get, items, repeat("action")))
+            outcomes = list(map(get, items, repeat("outcome")))
+            errors = list(map(get, items, repeat("error")))
+            tokens = list(map(get, items, repeat("tokensUsed"), repeat(0)))  # null goes the careful way
             if (
-                type(action) is str
-                and type(outcome) is str
-                and outcome in outcomes
-                and (error is None or type(error) is str)
-                and (tokens is None or (type(tokens) is int and 0 <= tokens <= MAX_SAFE_INTEGER))
+                _STRINGS.issuperset(map(type, actions))
+                and _OUTCOME_SET.issuperset(outcomes)
+                and _STRINGS_OR_NULL.issuperset(map(type, errors))
+                and _INTS.issuperset(map(type, tokens))
+                and (not tokens or (min(tokens) >= 0 and max(tokens) <= MAX_SAFE_INTEGER))
             ):
-                append(make(Attempt, (action, outcome, error, tokens or 0, get("iteration"))))
-                index += 1
-                continue
-        append(_attempt(item, index, source))
-        index += 1
-    return tuple(attempts)
+                rows = zip(actions, outcomes, errors, tokens, map(get, items, repeat("iteration")))
+                return tuple(map(tuple.__new__, repeat(Attempt), rows))
+    except TypeError:  # an outcome that is an array or an object (unhashable)
+        pass
+    return tuple(_attempt(item, index, source) for index, item in enumerate(items))
 
 
 def _attempt(item: Any, index: int, source: str) -> Attempt:
