@@ -14,7 +14,6 @@ prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr na
 from __future__ import annotations
 
 import gc
-import math
 import os
 import sys
 
@@ -67,6 +66,8 @@ def _patterns() -> tuple[Any, Any]:
 
 def js_number(raw: str) -> float:
     """JavaScript's Number(string): so `--max-iterations 1e3` or ` 5 ` mean what they mean to loop-context."""
+    import math  # here, as in the two below: a check given no flag needs none
+
     s = js_trim(raw)
     if s == "":
         return 0.0
@@ -92,6 +93,8 @@ def js_number(raw: str) -> float:
 
 
 def positive_int(flag: str, raw: str) -> int:
+    import math
+
     if raw == "":
         raise LedgerError(f"{flag} requires a positive integer value.")
     n = js_number(raw)
@@ -104,6 +107,8 @@ def positive_int(flag: str, raw: str) -> int:
 
 def threshold(flag: str, raw: str) -> float:
     """A similarity threshold in (0, 1]: loop-context takes 95 and silently disables its similarity rules."""
+    import math
+
     if raw == "":
         raise LedgerError(f"{flag} requires a number greater than 0 and at most 1.")
     n = js_number(raw)

@@ -19,7 +19,11 @@ and the verdict written by hand.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import attrgetter, itemgetter
+
+try:  # operator.py re-exports _operator's functions: importing it would cost a check a fifth of a millisecond
+    from _operator import attrgetter, itemgetter
+except ImportError:
+    from operator import attrgetter, itemgetter
 
 from ralph_supervisor.signature import error_signature, js_trim, similarity
 
