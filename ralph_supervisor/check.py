@@ -14,7 +14,6 @@ prints the decision. Exit 0 continue, 2 escalate, 1 error (one line on stderr na
 from __future__ import annotations
 
 import gc
-import math
 import os
 import sys
 
@@ -67,6 +66,8 @@ def _patterns() -> tuple[Any, Any]:
 
 def js_number(raw: str) -> float:
     """JavaScript's Number(string): so `--max-iterations 1e3` or ` 5 ` mean what they mean to loop-context."""
+    import math  # here, as in the two below: a check given no flag needs none
+
     s = js_trim(raw)
     if s == "":
         return 0.0
@@ -92,6 +93,8 @@ def js_number(raw: str) -> float:
 
 
 def positive_int(flag: str, raw: str) -> int:
+    import math
+
     if raw == "":
         raise LedgerError(f"{flag} requires a positive integer value.")
     n = js_number(raw)
@@ -104,6 +107,8 @@ def positive_int(flag: str, raw: str) -> int:
 
 def threshold(flag: str, raw: str) -> float:
     """A similarity threshold in (0, 1]: loop-context takes 95 and silently disables its similarity rules."""
+    import math
+
     if raw == "":
         raise LedgerError(f"{flag} requires a number greater than 0 and at most 1.")
     n = js_number(raw)
@@ -364,16 +369,35 @@ def _out(text: str) -> None:
         pass
 
 
-def main(argv: list[str]) -> int:
-    """The whole `ralph-supervise check ...` command; argv excludes the word `check`."""
+def main(argv: list[str], *, exit_when_done: bool = False) -> int:
+    """The whole `ralph-supervise check ...` command; argv excludes the word `check`.
+
+    `exit_when_done` (the command itself, not a caller that goes on): end the process as soon as the answer is
+    written. The interpreter's own exit would free the ledger an object at a time (100,000 attempts are half a
+    million objects) and then every module, which costs a big check more than its decision."""
+    code, ledger = _command(argv)  # kept until here: os._exit frees it at no cost
+    if exit_when_done:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said on it
+                pass
+        os._exit(code)
+    del ledger
+    return code
+
+
+def _command(argv: list[str]) -> tuple[int, Ledger | None]:
+    """The exit code, and the ledger read (so that it lives as long as the caller wants)."""
+    ledger = None
     try:
         try:
             opts = parse_options(argv)
         except SystemExit as done:  # --help: argparse printed it and wants to exit
-            return int(done.code or 0)
+            return int(done.code or 0), None
         if opts.list:
             _out(pattern_table())
-            return EXIT_CONTINUE
+            return EXIT_CONTINUE, None
         data, source = read_ledger(opts.ledger)
         gc.disable()  # a big ledger is 100,000s of acyclic objects: collecting while building them is wasted work
         try:
@@ -385,7 +409,7 @@ def main(argv: list[str]) -> int:
 
             prune = PruneConfig(opts.max_trace_lines, opts.window, opts.breaker.similarity_threshold)
             _out(build_injection(ledger, opts.breaker, prune))
-            return EXIT_CONTINUE
+            return EXIT_CONTINUE, ledger
         decision = check_breaker(ledger, opts.breaker)
         if opts.daily_key is not None and opts.daily_cap is not None:
             from datetime import datetime, timezone
@@ -397,12 +421,12 @@ def main(argv: list[str]) -> int:
             decision = apply_daily_budget(decision, spent, opts.daily_cap, opts.daily_pattern)
     except LedgerError as exc:
         sys.stderr.write(f"{PROG}: {exc}\n")
-        return EXIT_ERROR
+        return EXIT_ERROR, ledger
     if decision.escalate and opts.on_exceed:
         run_on_exceed(opts.on_exceed, decision)
     _out(to_json(decision.as_dict()) if opts.json else human_line(decision))
-    return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+    return (EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE), ledger
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], exit_when_done=True))

@@ -2,7 +2,8 @@
 
 A loop may run `ralph-supervise check` before every iteration, where start-up is most of the time: this path
 imports ralph_supervisor.check alone (the ledger rules), not the command line module with its settings,
-logging and supervisor imports. Every other command goes to ralph_supervisor.cli.
+logging and supervisor imports, and the process ends as soon as the answer is written (check.main's
+`exit_when_done`). Every other command goes to ralph_supervisor.cli.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ralph_supervisor import check
 
         try:
-            return check.main(args[1:])
+            return check.main(args[1:], exit_when_done=argv is None)
         except KeyboardInterrupt:
             return 130
     from ralph_supervisor import cli

@@ -33,7 +33,7 @@ class BigAttempt(msgspec.Struct, frozen=True, gc=False, forbid_unknown_fields=Tr
 
 class _BigLedger(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     goal: str
-    attempts: list[BigAttempt]
+    attempts: tuple[BigAttempt, ...]
 
 
 _decoder = msgspec.json.Decoder(_BigLedger)
@@ -46,4 +46,4 @@ def decode(data: str | bytes) -> Ledger | None:
         big = _decoder.decode(data)
     except (msgspec.DecodeError, RecursionError):
         return None
-    return Ledger(big.goal, tuple(big.attempts))  # type: ignore[arg-type]  # the structs read as Attempts
+    return Ledger(big.goal, big.attempts)  # type: ignore[arg-type]  # the structs read as Attempts

@@ -19,19 +19,20 @@ JS_WHITESPACE: str = (
 
 class _Patterns:
     """The signature's regular expressions, compiled at the first signature: `check` on a ledger that ends
-    without a run of failures needs none, and importing `re` and compiling them is a fifth of its start-up."""
+    without a run of failures needs none. They come from saved engine code where it fits (signature_code.py):
+    importing `re` and compiling them would be a third of a check that needs them."""
 
     def __init__(self) -> None:
-        import re
+        from ralph_supervisor.signature_code import ASCII, compiled
 
         ws = "".join(f"\\u{ord(c):04x}" for c in JS_WHITESPACE)
-        self.timestamp = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ][\d:.]+Z?\b", re.ASCII)
-        self.hex = re.compile(r"0x[0-9a-fA-F]+")
-        self.path = re.compile(rf"[A-Za-z]:[\\/][^{ws}:]+|(?:[\\/][^{ws}:/\\]+)+")
-        self.path_split = re.compile(r"[\\/]")
-        self.line_col = re.compile(r":\d+(?::\d+)?", re.ASCII)
-        self.number = re.compile(r"\b\d+\b", re.ASCII)
-        self.ws_run = re.compile(f"[{ws}]+")
+        self.timestamp = compiled(r"\b\d{4}-\d{2}-\d{2}[T ][\d:.]+Z?\b", ASCII)
+        self.hex = compiled(r"0x[0-9a-fA-F]+")
+        self.path = compiled(rf"[A-Za-z]:[\\/][^{ws}:]+|(?:[\\/][^{ws}:/\\]+)+")
+        self.path_split = compiled(r"[\\/]")
+        self.line_col = compiled(r":\d+(?::\d+)?", ASCII)
+        self.number = compiled(r"\b\d+\b", ASCII)
+        self.ws_run = compiled(f"[{ws}]+")
 
 
 _patterns: _Patterns | None = None

@@ -3,7 +3,7 @@
 
 Side by side, whole-process time (start-up included), on the same ledger files; ours is the `ralph-supervise
 check` command of a regular (not editable) install in a virtual environment of its own, as a user runs it
-(its lean path imports the ledger rules only, and msgspec for a big ledger):
+(its lean path imports the ledger rules only, jiter for a middling ledger and msgspec for a big one):
   - a realistic mixed ledger (successes, failures, noops) and
   - a worst case for the similarity walks: every attempt a failure with the same error, `--stagnation N`
     so the walk covers the whole ledger.
@@ -125,12 +125,12 @@ def find_loop_context(explicit: str | None, install: bool = True) -> str | None:
 
 def installed_command(tmp: Path) -> list[str]:
     """`ralph-supervise` from a regular install of this tree in a new virtual environment (no editable-install
-    import hook, which adds its own start-up); of the dependencies check needs msgspec only (a big ledger), so
-    only msgspec is installed beside it."""
+    import hook, which adds its own start-up); of the dependencies check needs msgspec (a big ledger) and jiter
+    (a middling one) only, so only those are installed beside it."""
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
-                    "--no-deps", "--ignore-installed", str(ROOT), "msgspec"], check=True,
+                    "--no-deps", "--ignore-installed", str(ROOT), "msgspec", "jiter"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return [str(venv / "bin" / "ralph-supervise"), "check"]
 
@@ -324,8 +324,8 @@ def main() -> int:
         "## check: ledger breaker vs loop-context 1.5.0",
         "",
         f"Machine: {machine}; load average {load_start:.1f} at the start, {load[0]:.1f} at the end (the machine was shared).",
-        "Ours: `ralph-supervise check` of a regular install (a virtual environment of its own, with msgspec, which "
-        "reads a ledger of 4 MB or more), whole process.",
+        "Ours: `ralph-supervise check` of a regular install (a virtual environment of its own, with jiter, which "
+        "reads a ledger of 256 KB to 4 MB, and msgspec, which reads a bigger one), whole process.",
         f"Mode: {'quick' if args.quick else 'full'}; each cell is the median of {runs} runs (the fastest and the "
         "slowest in brackets), ours and loop-context taking turns. Baseline: "
         + (f"`node {Path(lc).name}` of @cobusgreyling/loop-context 1.5.0 run directly (no npx start-up)" if lc else "n/a (loop-context not installed)")

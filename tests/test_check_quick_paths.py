@@ -122,6 +122,59 @@ def test_to_json_refuses_what_a_verdict_never_holds() -> None:
         to_json({"a": 1.5})
 
 
+# ── a middling ledger, read by jiter ───────────────────────────────
+
+NUMBER_TEXT = st.from_regex(r"-?(0|[1-9][0-9]{0,25})(\.[0-9]{1,25})?([eE][+-]?[0-9]{1,3})?", fullmatch=True)
+
+
+@MEDIUM
+@given(text=LEDGER_DOCUMENTS | VALID_TEXT | json_values(LEDGER_KEYS).map(json.dumps)
+       | st.lists(NUMBER_TEXT, max_size=4).map(lambda numbers: "[" + ", ".join(numbers) + "]"))
+@example(text='"\\ud800"')
+@example(text='{"a": NaN}')
+@example(text='{"a": 1, "b": 2, "a": 3}')
+@example(text="[1e23, 5e-324, 2.2250738585072011e-308, 9007199254740993.0, -0.0, 1e400, 1" + "0" * 30 + "]")
+@example(text="1" * 4301)
+@example(text="[" * 300 + "]" * 300)
+@example(text="\ufeff{}")
+@example(text='{"goal": "\ud800", "attempts": []}')
+def test_jiter_reads_json_as_json_loads_does_or_steps_aside(text: str) -> None:
+    data = text.encode("utf-8", "surrogatepass")
+    read = ledger._read_mid(data)
+    if read is ledger._REFUSED:
+        return
+    assert repr(read) == repr(json_loads(data.decode("utf-8")))  # repr: -0.0 is not 0.0, key order counts
+
+
+def test_a_middling_ledger_is_read_by_jiter_and_decided_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts = [{"iteration": i, "action": f"try {i % 3}", "outcome": "failure", "error": f"Error: port {i}",
+                 "tokensUsed": i} for i in range(200)]
+    text = dump_ledger("g", attempts)
+    small = parse_ledger(text.encode())
+    monkeypatch.setattr(ledger, "MID_LEDGER_BYTES", 0)
+    read: list[Any] = []
+    monkeypatch.setattr(ledger, "ledger_from_json", lambda raw, source="ledger": read.append(raw) or small)
+    assert parse_ledger(text.encode()) is small and read == [json.loads(text)]
+    monkeypatch.undo()
+    monkeypatch.setattr(ledger, "MID_LEDGER_BYTES", 0)
+    assert fields(parse_ledger(text.encode())) == fields(small)
+    bad = text.replace('"tokensUsed": 7\n', '"tokensUsed": "7"\n')
+    with pytest.raises(LedgerError, match=r"attempts\[7\]\.tokensUsed must be a non-negative integer"):
+        parse_ledger(bad.encode())
+    with pytest.raises(LedgerError, match="not UTF-8 text"):
+        parse_ledger(b'{"goal": "\xff", "attempts": []}')
+    with pytest.raises(LedgerError, match="bad JSON: NaN is not JSON"):
+        parse_ledger(b'{"goal": NaN, "attempts": []}')
+
+
+def test_without_jiter_a_middling_ledger_is_read_by_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger, "MID_LEDGER_BYTES", 0)
+    monkeypatch.setitem(sys.modules, "jiter", None)  # `import` raises ImportError
+    assert ledger._read_mid(b"[]") is ledger._REFUSED
+    read = parse_ledger(b'{"goal": "g", "attempts": [{"action": "a", "outcome": "noop"}]}')
+    assert fields(read) == ("g", [("a", "noop", None, 0, None)])
+
+
 # ── a big ledger, read by msgspec ──────────────────────────────────
 
 
