@@ -137,3 +137,23 @@ def test_the_first_quick_calls_words_before_its_notice_was_read_are_its_own() ->
     first = tracker.start(0.0, 10.0, 101, None, "claude", (), announced_at=10.0,
                           start_marks={"stdout": 40}, floor_marks=floor)
     assert first.output_text() == '{"type":"result","total_cost_usd":0.01}'
+
+
+def test_each_chunk_is_told_once_with_the_call_it_went_to_even_when_its_call_was_known_later() -> None:
+    """The outage reader hears the agent's own words with their call's number: a retry report read before its
+    call's notice was processed counts for that call (not for the call before), once; the loop's own words,
+    once they are too old to be any call's, for the last call."""
+    told: list[tuple[str, int]] = []
+    tracker = IterationTracker(["claude"], None)
+    tracker.owned = lambda r, number: told.append((r.text or "", number))
+    tracker.add_output(at(0, 9.5, "the loop's banner"), 9.5)
+    tracker.add_output(at(18, 10.1, "api_retry 1/10"), 10.1)  # before the notice was read
+    assert told == []  # nobody knows yet whose these are
+    first = tracker.start(0.0, 10.0, 101, None, "claude", (), announced_at=10.0,
+                          start_marks={"stdout": 18}, floor_marks={"stdout": 0})
+    assert told == [("api_retry 1/10", 1)]
+    tracker.add_output(at(40, 10.5, "api_retry 2/10"), 10.5)
+    tracker.finish(11.0)
+    first.end_marks = {"stdout": 60}
+    tracker.add_output(at(60, 30.0, "the loop's own, later"), 30.0)  # drops the banner: too old to be claimed
+    assert told == [("api_retry 1/10", 1), ("api_retry 2/10", 1), ("the loop's banner", 1)]

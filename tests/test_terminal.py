@@ -375,6 +375,10 @@ def test_a_terminal_that_stops_reading_holds_up_nothing_and_is_put_back_when_the
             assert control.request(state, "status", timeout=10)["supervisor"]["running"]
             time.sleep(0.3)
         wait_for(lambda: events(state, "tree_paused"), timeout=30, what="the stuck loop paused")
+        # The freeze may still be settling on a busy machine (the pause waits 0.5 s for `frozen 1`, then
+        # says so): status says paused once every process is held, and no sooner.
+        wait_for(lambda: control.request(state, "status", timeout=10)["child"]["paused"], timeout=10,
+                 what="status saying the tree is held")
         status = control.request(state, "status", timeout=10)
         assert status["state"] == "OPEN" and status["child"]["paused"] is True
         assert status["tap"]["echo_dropped_bytes"] > 0

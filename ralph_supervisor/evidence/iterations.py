@@ -142,6 +142,10 @@ class IterationTracker:
         """Calls that ended but whose last output may still be in analysis, by number."""
         self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS)
         """The last error lines of output that was no call's (the loop's own)."""
+        self.owned: Callable[[OutputResult, int], object] = lambda result, number: None
+        """Told of every chunk once its call is known (the number of the call it went to), or once it is known
+        to be no call's (the number of the last call): a reader of the agents' own words, such as the outage's,
+        counts a chunk read before its call's start was processed as that call's."""
         self.loop_wait_until = 0.0
         """Until when (wall clock) the loop said it waits on purpose (Ralph's hourly call limit, its retry
         after a usage limit): not reaching the agent meanwhile is no stall."""
@@ -163,7 +167,7 @@ class IterationTracker:
             for result in self._pending:  # read before we knew of it, after it started: its own
                 owns = call.owns(result)
                 if owns or (owns is None and result.read_at >= call.begins_at):
-                    call.add(result)
+                    self._give(call, result)
                     self._pending_bytes -= result.nbytes
                 else:
                     kept.append(result)  # older: the last call's late words, or the loop's
@@ -193,7 +197,7 @@ class IterationTracker:
         kept: deque[OutputResult] = deque()
         for result in self._pending:
             if since < result.read_at <= until:
-                call.add(result)
+                self._give(call, result)
                 self._pending_bytes -= result.nbytes
             else:
                 kept.append(result)
@@ -227,11 +231,13 @@ class IterationTracker:
             # Output analysed after the call was ended (the loop exited) is still that call's.
             target = self.current or next(reversed(self._closing.values()), None)
             if target is not None:
-                target.add(result)
+                self._give(target, result)
+            else:
+                self.owned(result, self.number)
             return
         call = self._owner(result)
         if call is not None:
-            call.add(result)
+            self._give(call, result)
             return
         # Read while no call ran: the loop's own output, or a call's whose start is not processed yet (it
         # claims it when it starts), or the last call's late words (it claims them when it reports).
@@ -244,7 +250,13 @@ class IterationTracker:
         self._pending_bytes += result.nbytes
         while self._pending and (self._pending_bytes > PENDING_MAX_BYTES
                                  or self._pending[0].read_at < wall - PENDING_SECONDS):
-            self._pending_bytes -= self._pending.popleft().nbytes
+            dropped = self._pending.popleft()
+            self._pending_bytes -= dropped.nbytes
+            self.owned(dropped, self.number)  # the loop's own, or a call's too late to tell
+
+    def _give(self, call: CallEvidence, result: OutputResult) -> None:
+        call.add(result)
+        self.owned(result, call.number)
 
     def _owner(self, result: OutputResult) -> CallEvidence | None:
         """The call whose stretch of the stream holds this output; for calls without marks, the call that was
@@ -285,7 +297,7 @@ class IterationTracker:
                     until = min(until, result.read_at - 1e-6)
                 owns = call.begins_at <= result.read_at <= until and (nxt is None or result.read_at < nxt)
             if owns:
-                call.add(result)
+                self._give(call, result)
                 self._pending_bytes -= result.nbytes
             else:
                 kept.append(result)

@@ -38,6 +38,12 @@ class Routing:
         self._silence = silence
         self._life = lifecycle
         self._wake = wake
+        tracker.owned = self._owned
+
+    def _owned(self, result: OutputResult, number: int) -> None:
+        """A chunk whose call is known: the agent's own retry reports, counted for that call, at their time."""
+        if result.text is not None:
+            self._loop_waits.output(result.text, number, result.read_at)
 
     def output_analysed(self, results: list[OutputResult]) -> None:
         for result in results:
@@ -53,8 +59,6 @@ class Routing:
             if result.starts and not self._life.exiting:
                 self._calls.marker_boundary(time.time())
             tracker.add_output(result, time.time())
-        if result.text is not None:
-            self._loop_waits.output(result.text, tracker.number, time.time())  # the agent's own retry reports
         self._metrics.add_output_bytes(result.nbytes)
 
     def tailed(self, source: str, data: bytes) -> None:
