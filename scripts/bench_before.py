@@ -6,7 +6,8 @@ same script of commit `--before` (extracted with `git archive`, so every worktre
 `--rounds` times each, with the arguments given after `--`; each run writes its section to a temporary file.
 Every row both sides print is then compared on its measured value (the "ours" column): the median of the
 rounds on each side, their ratio, and each side's spread ((max - min) / median), so a change counts as worse
-only where the medians differ by more than the spread. Writes docs/bench/before.md.
+only where the medians differ by more than the spread. Writes docs/bench/before.md (and .json: its rows, for
+scripts/bench.sh's summary).
 
 Usage: scripts/bench_before.py --before COMMIT [--rounds 3] NAME [NAME ...] [-- ARGS FOR EVERY SCRIPT]
     e.g. scripts/bench_before.py --before ec9ac1f tap calls workspace supervisor -- --quick
@@ -66,8 +67,11 @@ def verdict(ratio: float, noise: float) -> str:
 
 def show(number: float, unit: str) -> str:
     if unit == "s":
-        return kit.fmt_s(number) if number >= 1e-3 else f"{number * 1e6:.0f} µs"
-    return f"{number:,.2f} {unit}".rstrip()
+        if number >= 1.0:
+            return f"{number:.2f} s"
+        return f"{number * 1e3:.1f} ms" if number >= 1e-3 else f"{number * 1e6:.0f} µs"
+    text = f"{number:,.0f}" if number == int(number) else f"{number:,.2f}"
+    return f"{text} {unit}".rstrip()
 
 
 def main() -> int:
@@ -87,6 +91,7 @@ def main() -> int:
     scratch = kit.temp_dir("before-out")
     this = kit.commit()
     sections = []
+    rows: list[kit.Row] = []
     try:
         for name in opts.names:
             runs: dict[str, list[dict[str, tuple[float, str]]]] = {"this": [], "before": []}
@@ -102,8 +107,10 @@ def main() -> int:
                 if len(ours) != opts.rounds or len(base) != opts.rounds:
                     continue  # a row the code before does not have (or only sometimes prints)
                 m_ours, m_base = statistics.median(ours), statistics.median(base)
-                ratio = m_ours / m_base if m_base else float("nan")
+                ratio = m_ours / m_base if m_base else (1.0 if m_ours == 0 else float("inf"))
                 noise = max(spread(ours), spread(base))
+                rows.append(kit.Row(f"{name}: {metric}, this code vs {opts.before}", show(m_ours, unit),
+                                    show(m_base, unit), f"{ratio:.2f}", "(for reference)"))
                 lines.append(f"| {metric} | {show(m_ours, unit)} | {show(m_base, unit)} | {ratio:.2f} | "
                              f"{spread(ours):.0%} / {spread(base):.0%} | {verdict(ratio, noise)} |")
             sections.append("\n".join(lines))
@@ -116,7 +123,7 @@ def main() -> int:
               "(a row's own \"ours\" column, whatever its own baseline). Which way is better depends on the row "
               "(a time or CPU share: lower; a throughput: higher). The last column says where the medians differ "
               "by more than the larger of the two spreads, and which way.\n")
-    opts.out.write_text(header + "\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
+    kit.write_section(opts.out.stem, header + "\n" + "\n\n".join(sections), rows, out=opts.out)
     print(opts.out.read_text(encoding="utf-8"))
     return 0
 

@@ -388,3 +388,25 @@ def test_kept_commits_survive_a_reset_and_a_gc_and_come_back_on_a_new_branch_onl
     with pytest.raises(SnapshotError, match="not kept"):
         kept_commits.keep(big)
     assert kept_commits.kept(big) == []
+
+
+def test_the_refs_read_again_only_where_a_file_was_replaced_see_what_another_process_wrote(ws: Path) -> None:
+    """The store remembers each ref file by its inode: a ref rewritten in place by another process (a
+    `restore`, git itself), refs packed by git, and refs deleted are all seen at the next read."""
+    store = SnapshotStore(ws, ws / ".ralph-supervise")
+    (ws / "a.txt").write_text("1")
+    first = take(store, 1)
+    (ws / "a.txt").write_text("2")
+    second = take(store, 2)
+    assert [i.commit for i in store.list()] == [first.commit, second.commit]
+    ref = store.path / "refs" / "snapshots" / f"{second.id:08d}"
+    assert ref.is_file()
+    # Another process moves snapshot 2's ref onto snapshot 1's commit the way git does: a new file renamed in.
+    (ref.parent / "new").write_text(first.commit + "\n")
+    os.rename(ref.parent / "new", ref)
+    assert store.count() == 2 and not store.holds(second) and store._refs()[f"{second.id:08d}"] == first.commit
+    store.git.run("pack-refs", "--all", "--prune")
+    assert not ref.exists() and store.count() == 2
+    assert store._refs() == {f"{first.id:08d}": first.commit, f"{second.id:08d}": first.commit}
+    store.git.run("update-ref", "-d", f"refs/snapshots/{first.id:08d}")
+    assert store._refs() == {f"{second.id:08d}": first.commit}

@@ -129,6 +129,9 @@ class SnapshotStore:
         self._checked = False
         """The store was found healthy once: later snapshots trust it (a failure says otherwise)."""
         self._latest_seen: SnapshotInfo | None = None
+        self._packed: tuple[tuple[int, int, int] | None, dict[str, str]] = (None, {})
+        self._loose: dict[str, tuple[int, str]] = {}
+        """The ref files as last read: packed-refs by (inode, mtime, size), each loose ref by its inode."""
         self._size: int | None = None
         """Bytes on disk at the last count, and what was stored since (an upper bound), and how often."""
         self._stored_since = 0
@@ -251,20 +254,43 @@ class SnapshotStore:
         return info
 
     def _refs(self) -> dict[str, str]:
-        """The snapshot refs (name -> commit), loose and packed, read from the files: no git process."""
+        """The snapshot refs (name -> commit), loose and packed, read from the files: no git process.
+
+        A ref file is written whole under a new name and renamed into place (by us and by git alike), so a
+        file with the inode it had at the last read holds what it held then: only new or replaced refs are
+        opened (a store of hundreds of snapshots is otherwise hundreds of file reads at every snapshot)."""
         refs: dict[str, str] = {}
-        for line in (read_text(self.path / "packed-refs") or "").splitlines():
-            sha, _, ref = line.partition(" ")
-            if ref.startswith(REF_PREFIX):
-                refs[ref[len(REF_PREFIX):]] = sha
+        packed = self.path / "packed-refs"
+        try:
+            st = os.stat(packed)
+            key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        if key is None or key != self._packed[0]:
+            lines = (read_text(packed) or "").splitlines() if key is not None else []
+            found = {ref[len(REF_PREFIX):]: sha for sha, _, ref in (line.partition(" ") for line in lines)
+                     if ref.startswith(REF_PREFIX)}
+            self._packed = (key, found)
+        refs.update(self._packed[1])
+        loose: dict[str, tuple[int, str]] = {}
+        known = self._loose
         try:
             with os.scandir(self.path / REF_PREFIX) as entries:
                 for entry in entries:
-                    sha = (read_text(Path(entry.path)) or "").strip()
-                    if len(sha) == 40 and entry.name.isdigit():
+                    if not entry.name.isdigit():
+                        continue
+                    inode = entry.inode()
+                    seen = known.get(entry.name)
+                    if seen is not None and seen[0] == inode:
+                        sha = seen[1]
+                    else:
+                        sha = (read_text(Path(entry.path)) or "").strip()
+                    if len(sha) == 40:
+                        loose[entry.name] = (inode, sha)
                         refs[entry.name] = sha
         except OSError:
             pass
+        self._loose = loose
         return refs
 
     def find(self, iteration: int) -> SnapshotInfo | None:
