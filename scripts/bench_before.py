@@ -123,8 +123,7 @@ def main() -> int:
               "(a row's own \"ours\" column, whatever its own baseline). Which way is better depends on the row "
               "(a time or CPU share: lower; a throughput: higher). The last column says where the medians differ "
               "by more than the larger of the two spreads, and which way.\n")
-    kit.write_section(opts.out.stem, header + "\n" + "\n\n".join(sections), rows, out=opts.out)
-    print(opts.out.read_text(encoding="utf-8"))
+    kit.publish(opts.out.stem, header + "\n" + "\n\n".join(sections), rows, opts.out, load_start)
     return 0
 
 
