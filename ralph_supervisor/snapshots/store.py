@@ -36,7 +36,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,29 @@ def read_summary(state_dir: Path) -> dict[str, Any] | None:
         return summary(None, state="off", problem=str(exc), count=0, store_bytes=0)
 
 
+@dataclass(frozen=True)
+class _PackedRefs:
+    """The snapshot refs in `packed-refs` as last read, kept compact (a store may hold thousands): their
+    names joined by newlines and their commits joined in the same order, 40 characters each."""
+
+    key: tuple[int, int, int] | None
+    names: str
+    commits: str
+
+    @classmethod
+    def read(cls, path: Path, key: tuple[int, int, int] | None) -> _PackedRefs:
+        lines = (read_text(path) or "").splitlines() if key is not None else []
+        pairs = [(ref[len(REF_PREFIX):], sha) for sha, _, ref in (line.partition(" ") for line in lines)
+                 if ref.startswith(REF_PREFIX) and len(sha) == 40]
+        return cls(key, "\n".join(name for name, _ in pairs), "".join(sha for _, sha in pairs))
+
+    def as_dict(self) -> dict[str, str]:
+        if not self.names:
+            return {}
+        commits = self.commits
+        return {name: commits[i * 40:i * 40 + 40] for i, name in enumerate(self.names.split("\n"))}
+
+
 class SnapshotStore:
     """The private git repository in `STATE_DIR/snapshots/` (created on first use)."""
 
@@ -129,9 +152,10 @@ class SnapshotStore:
         self._checked = False
         """The store was found healthy once: later snapshots trust it (a failure says otherwise)."""
         self._latest_seen: SnapshotInfo | None = None
-        self._packed: tuple[tuple[int, int, int] | None, dict[str, str]] = (None, {})
+        self._packed = _PackedRefs(None, "", "")
         self._loose: dict[str, tuple[int, str]] = {}
-        """The ref files as last read: packed-refs by (inode, mtime, size), each loose ref by its inode."""
+        """The ref files as last read: packed-refs by (inode, mtime, size), each loose ref by its inode (loose
+        refs are few: `keep_within` packs them with the objects)."""
         self._size: int | None = None
         """Bytes on disk at the last count, and what was stored since (an upper bound), and how often."""
         self._stored_since = 0
@@ -259,19 +283,15 @@ class SnapshotStore:
         A ref file is written whole under a new name and renamed into place (by us and by git alike), so a
         file with the inode it had at the last read holds what it held then: only new or replaced refs are
         opened (a store of hundreds of snapshots is otherwise hundreds of file reads at every snapshot)."""
-        refs: dict[str, str] = {}
         packed = self.path / "packed-refs"
         try:
             st = os.stat(packed)
             key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
         except OSError:
             key = None
-        if key is None or key != self._packed[0]:
-            lines = (read_text(packed) or "").splitlines() if key is not None else []
-            found = {ref[len(REF_PREFIX):]: sha for sha, _, ref in (line.partition(" ") for line in lines)
-                     if ref.startswith(REF_PREFIX)}
-            self._packed = (key, found)
-        refs.update(self._packed[1])
+        if key != self._packed.key:
+            self._packed = _PackedRefs.read(packed, key)
+        refs = self._packed.as_dict()
         loose: dict[str, tuple[int, str]] = {}
         known = self._loose
         try:
