@@ -197,13 +197,7 @@ def test_a_pause_during_a_fork_storm_leaves_nothing_running(tmp_path: Path) -> N
         assert proc.wait(timeout=60) == 0
         assert all(e["survivors"] == 0 for e in events(state_dir, "tree_stopped"))
     finally:
-        if proc.poll() is None:  # a failed assertion above: stop the storm through the supervisor first
-            cli(workspace, "stop")
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_through_the_supervisor(workspace, proc)  # a failed assertion above: the storm stops first
 
 
 def test_where_cgroup_v2_gives_the_controllers_the_bounds_go_through_them(tmp_path: Path) -> None:
@@ -335,12 +329,17 @@ def test_a_cgroup_folder_that_turns_read_only_or_disappears_mid_run_is_one_line_
         finally:
             if path is not None and how == "read-only":
                 subprocess.run(["umount", str(path)], check=False)
-            if proc.poll() is None:
-                cli(workspace, "stop")
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_through_the_supervisor(workspace, proc)
             if path is not None and path.exists():
                 path.rmdir()  # a read-only folder would not go at exit (`cgroup_left`)
+
+
+def stop_through_the_supervisor(workspace: Path, proc: subprocess.Popen[bytes]) -> None:
+    """A supervisor still running after a failed assertion: `stop` (its tree goes with it), then KILL at 60 s."""
+    if proc.poll() is None:
+        cli(workspace, "stop")
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
