@@ -193,7 +193,8 @@ class Supervisor:
         self.loop_end = LoopEnd(settings, breaker=self.breaker, tracker=self.tracker, notifier=self.notifier,
                                 tap=self.tap, analysis=self.analysis, tree=self.tree, calls=self.calls,
                                 verify=self.verify, keeper=self.keeper, child=self.child, lifecycle=self.life,
-                                background=self.background, stop_tree=self.applier.stop_tree)
+                                background=self.background, stop_tree=self.applier.stop_tree,
+                                wait_over=lambda: self.episode.loop_exited())
         self.episode = WaitEpisode(settings, breaker=self.breaker, actions=self.actions, loop_waits=self.loop_waits,
                                    silence=self.silence, metrics=self.metrics, notifier=self.notifier,
                                    warnings=self.warnings, lifecycle=self.life,

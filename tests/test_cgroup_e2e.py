@@ -5,6 +5,7 @@ the next start. Skipped, saying why, where no cgroup can be made."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -311,9 +312,7 @@ def test_a_cgroup_folder_that_turns_read_only_or_disappears_mid_run_is_one_line_
                 assert "resumed" in cli(workspace, "resume")
                 assert not held(loop) and (path / "cgroup.procs").read_text().split() == []  # moved out, thawed
             else:
-                for pid in (path / "cgroup.procs").read_text().split():
-                    (path.parent / "cgroup.procs").write_text(pid)
-                path.rmdir()
+                empty_and_remove(path)
                 wait_for(lambda: events(state_dir, "cgroup_lost"), timeout=30, what="the next tick to notice")
             (lost,) = events(state_dir, "cgroup_lost")
             assert lost["path"] == str(path) and ("Read-only" in lost["error"] if how == "read-only" else
@@ -343,3 +342,23 @@ def stop_through_the_supervisor(workspace: Path, proc: subprocess.Popen[bytes]) 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def empty_and_remove(path: Path) -> None:
+    """What someone removing the loop's cgroup by hand does: move its processes out to the parent, then rmdir.
+    The loop's short `sleep`s may exit between the listing and the move (ESRCH: gone anyway), and one forked
+    just before its parent moved is born inside: the listing is read again until the folder can go."""
+    deadline = time.monotonic() + 10
+    while True:
+        for pid in (path / "cgroup.procs").read_text().split():
+            try:
+                (path.parent / "cgroup.procs").write_text(pid)
+            except ProcessLookupError:
+                pass
+        try:
+            path.rmdir()
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)

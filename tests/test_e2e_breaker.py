@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -144,6 +145,28 @@ def test_usage_limit_replies_do_not_count(tmp_path: Path) -> None:
     waits = events(state_dir, "limit_wait_started")
     assert waits and all(w["known_reset"] for w in waits)  # the last limited call may end after the loop exits
     assert len(events(state_dir, "limit_wait_ended")) == len(waits)  # a frozen loop cannot exit: each wait ended
+
+
+def test_a_loop_that_ends_while_frozen_for_a_limit_ends_the_wait_in_the_records(tmp_path: Path) -> None:
+    """A loop that exits while frozen for a usage limit (here killed from outside; a loop on its way out
+    when the freeze comes does the same): the wait is said to be over, and the supervisor leaves nothing."""
+    env = loop_env("usage-limit", RALPH_LOOP_MAX="3", FAKE_AGENT_RESET_IN="300")
+    proc = start(tmp_path, *FAST, "--limit-wait-margin", "0", "--", str(LOOP), env=env,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    state_dir = state_dir_of(tmp_path)
+    try:
+        wait_for(lambda: events(state_dir, "limit_wait_started"), timeout=60, what="the limit wait")
+        loop = json.loads(cli(tmp_path, "status", "--json").stdout)["child"]["pid"]
+        os.kill(loop, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (ended,) = events(state_dir, "limit_wait_ended")
+    assert ended["why"] == "the loop exited"
+    assert len(events(state_dir, "limit_wait_started")) == 1 and events(state_dir, "child_exited")
+    assert state_of(state_dir).get("limit_until") is None
 
 
 def test_kill_mode_stops_the_tree_and_restarts_the_command_for_the_trial(tmp_path: Path) -> None:

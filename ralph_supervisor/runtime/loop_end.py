@@ -27,7 +27,8 @@ class LoopEnd:
 
     def __init__(self, settings: Any, *, breaker: Breaker, tracker: Any, notifier: Any, tap: Any, analysis: Any,
                  tree: Any, calls: Any, verify: Any, keeper: Any, child: Child, lifecycle: Lifecycle,
-                 background: Background, stop_tree: Callable[[str], Awaitable[None]]) -> None:
+                 background: Background, stop_tree: Callable[[str], Awaitable[None]],
+                 wait_over: Callable[[], Awaitable[None]]) -> None:
         self._settings = settings
         self._breaker = breaker
         self._tracker = tracker
@@ -42,6 +43,7 @@ class LoopEnd:
         self._life = lifecycle
         self._background = background
         self._stop_tree = stop_tree
+        self._wait_over = wait_over
 
     def child_exited(self, code: int) -> None:
         """The loop's own process ended, not by our hand."""
@@ -53,6 +55,7 @@ class LoopEnd:
     async def _finish(self, code: int) -> None:
         self._child.ended_by_itself = True  # a verdict that comes in while the last verifies run restarts nothing
         try:
+            await self._wait_over()  # a wait the loop exited in is over: said, not left open in the records
             await self._tap.wait_closed(timeout=1.0)
             # The last output may still be in analysis: in marker mode it can start the very call to finish.
             await asyncio.to_thread(self._analysis.wait_done, self._tap.last_seq, ANALYSIS_WAIT_S)

@@ -94,6 +94,13 @@ class WaitEpisode:
             await self._actions.resume(self._iteration())
         self._tell_systemd()
 
+    async def loop_exited(self) -> None:
+        """The loop ended by itself while the tree was frozen for a wait (it was on its way out when the
+        freeze came): the wait is over, said once; what is left of the tree is stopped next."""
+        if self.until is not None:
+            async with self._actions.lock:
+                await self.end("the loop exited")
+
     def taken_over(self) -> None:
         """A pause or stop by hand takes over from the wait: no thaw when its time is up. Lock held."""
         self.until = None
