@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark a change against the code before it: the same benchmarks of both, taking turns, on one machine.
 
+Not a benchmark of its own (so not named bench_*.py: scripts/bench.sh runs each of those): it runs others.
+
 For each named benchmark (tap, calls, workspace, supervisor, ...), this code's `scripts/bench_<name>.py` and the
 same script of commit `--before` (extracted with `git archive`, so every worktree stays as it is) run in turns,
 `--rounds` times each, with the arguments given after `--`; each run writes its section to a temporary file.
@@ -9,8 +11,8 @@ rounds on each side, their ratio, and each side's spread ((max - min) / median),
 only where the medians differ by more than the spread. Writes docs/bench/before.md (and .json: its rows, for
 scripts/bench.sh's summary).
 
-Usage: scripts/bench_before.py --before COMMIT [--rounds 3] NAME [NAME ...] [-- ARGS FOR EVERY SCRIPT]
-    e.g. scripts/bench_before.py --before ec9ac1f tap calls workspace supervisor -- --quick
+Usage: scripts/compare_before.py --before COMMIT [--rounds 3] NAME [NAME ...] [-- ARGS FOR EVERY SCRIPT]
+    e.g. scripts/compare_before.py --before ec9ac1f tap calls workspace supervisor -- --quick
 """
 
 from __future__ import annotations
@@ -25,17 +27,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _benchkit as kit  # noqa: E402
 
-_SCALE = {"µs": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
 def value(cell: str) -> tuple[float, str] | None:
     """A row's measured value as a number in its unit (seconds for times), or None for a cell without one."""
     parsed = kit._number(cell)
     if parsed is None:
         return None
     number, unit = parsed
-    if unit in _SCALE:
-        return number * _SCALE[unit], "s"
+    if unit in kit._SECONDS:
+        return number * kit._SECONDS[unit], "s"
     return number, unit
 
 
@@ -118,7 +117,7 @@ def main() -> int:
         kit.cleanup()
     header = (f"## Before and after: this code ({this}) against {opts.before}\n\n"
               f"Machine: {kit.machine_line()}; load average {load_start:.1f} at the start, {kit.loadavg():.1f} at "
-              f"the end. Each benchmark ran {opts.rounds} times on each side, taking turns, with "
+              f"the end (`scripts/compare_before.py`). Each benchmark ran {opts.rounds} times on each side, taking turns, with "
               f"`{' '.join(passed) or '(no arguments)'}`; each cell is the median of the rounds' measured values "
               "(a row's own \"ours\" column, whatever its own baseline). Which way is better depends on the row "
               "(a time or CPU share: lower; a throughput: higher). The last column says where the medians differ "
