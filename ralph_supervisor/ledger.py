@@ -240,12 +240,21 @@ def parse_ledger(data: str | bytes, source: str = "ledger") -> Ledger:
     return ledger_from_json(raw, source)
 
 
+def load_big_reader() -> bool:
+    """Import what reads a big ledger (ledger_big.py, msgspec); False where msgspec is not installed."""
+    try:
+        import ralph_supervisor.ledger_big  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _read_big(data: str | bytes) -> Ledger | None:
     """The ledger as msgspec reads it; None without msgspec, or when it refuses the data."""
-    try:
-        from ralph_supervisor.ledger_big import decode
-    except ImportError:
+    if not load_big_reader():
         return None
+    from ralph_supervisor.ledger_big import decode
+
     return decode(data)
 
 

@@ -9,6 +9,7 @@ either gives what the careful reading gives, or steps aside for it: these proper
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,40 @@ def test_without_msgspec_a_big_ledger_is_read_by_json(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "ralph_supervisor.ledger_big", None)  # `import` raises ImportError
     read = parse_ledger(b'{"goal": "g", "attempts": [{"action": "a", "outcome": "noop"}]}')
     assert type(read.attempts[0]) is ledger.Attempt and fields(read) == ("g", [("a", "noop", None, 0, None)])
+
+
+def test_a_big_ledger_file_is_read_while_msgspec_loads_and_decided_as_the_careful_reading_decides(
+        tmp_path: Path) -> None:
+    attempts = [{"iteration": i, "action": f"step {i % 40} " + "x" * 60, "outcome": "failure" if i % 3 else "success",
+                 "error": f"Error: port {i % 5}" if i % 3 else None, "tokensUsed": i % 900} for i in range(40_000)]
+    path = tmp_path / "ledger.json"
+    path.write_text(dump_ledger("g", attempts))
+    assert path.stat().st_size >= ledger.BIG_LEDGER_CHARS
+    data, source = check.read_ledger(str(path))
+    assert data == path.read_bytes() and source == str(path)
+    careful = ledger.check_breaker(ledger_from_json(json.loads(data)), ledger.BreakerConfig(max_iterations=50_000))
+    done = subprocess.run([sys.executable, "-m", "ralph_supervisor", "check", "--ledger", str(path), "--json",
+                           "--max-iterations", "50000"], capture_output=True, timeout=60)
+    assert (done.returncode, done.stderr) == (2 if careful.escalate else 0, b"")
+    assert json.loads(done.stdout) == careful.as_dict()
+
+
+def test_a_big_ledger_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path) -> None:
+    class Failing:
+        def read(self) -> bytes:
+            raise OSError(5, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output error"):
+        check.read_while_loading(Failing())  # type: ignore[arg-type]
+    path = tmp_path / "ledger.json"
+    path.write_bytes(b" " * ledger.BIG_LEDGER_CHARS)
+    path.chmod(0o000)
+    if os.access(path, os.R_OK):  # root reads it anyway: a folder named like a ledger cannot be read by anyone
+        path.chmod(0o644)
+        path.unlink()
+        path.mkdir()
+    with pytest.raises(LedgerError, match=rf"^ledger {path}: cannot read: "):
+        check.read_ledger(str(path))
 
 
 # ── what the lean path loads ───────────────────────────────────────
