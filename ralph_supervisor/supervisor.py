@@ -267,7 +267,7 @@ class Supervisor:
 
     async def run(self) -> int:
         settings, breaker = self.settings, self.breaker
-        signals.install(self.loop, on_signal=self._on_signal, on_sigchld=self.child.collect_exits)
+        signals.install(self.loop, on_signal=self._on_signal, on_sigchld=self.child.on_sigchld)
         await asyncio.to_thread(self.workspace.start)
         if self.verify is not None:
             self.verify.start()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.helpers.trees import subreaper, wait_for  # noqa: F401 - subreaper is a fixture
+from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.process.linux import all_stats
 from ralph_supervisor.process.reaper import Reaper, exit_code_of
 from ralph_supervisor.process.spawn import spawn
@@ -120,3 +121,25 @@ def test_a_foreign_zombie_nobody_waits_for_is_reaped_after_the_grace(tmp_path: P
     assert reaper.reap(now=100.3) == {lost.pid: 2}
     assert _zombies_of(os.getpid()) == []
     lost.returncode = 2  # Popen must not wait for what is gone
+
+
+def test_a_helpers_exit_first_in_line_stops_a_sigchlds_reap_until_its_owner_has_waited(
+        subreaper: Reaper, tmp_path: Path) -> None:
+    """A SIGCHLD's reap (`helpers_first`) stops at a helper's zombie (git's: its Popen waits for it at once)
+    instead of listing every zombie of ours, and says so; the next reap finds what lay behind it."""
+    helper = HELPERS.popen(["sh", "-c", "exit 1"])  # our session: its Popen waits for it, not the Reaper
+    wait_for(lambda: helper.pid in _zombies_of(os.getpid()), 5, "the helper to exit")
+    tree_child = spawn(["sh", "-c", "exit 5"], tmp_path)  # a later child: behind the helper in waitid's order
+    subreaper.adopt(tree_child)
+    wait_for(lambda: tree_child.pid in _zombies_of(os.getpid()), 5, "the tree's child to exit")
+    try:
+        assert subreaper.reap(helpers_first=True) == {}
+        assert subreaper.helper_in_the_way
+        assert tree_child.pid in _zombies_of(os.getpid())
+        assert subreaper.reap() == {tree_child.pid: 5}  # a full reap lists the zombies behind the helper
+        assert not subreaper.helper_in_the_way
+    finally:
+        assert helper.wait(5) == 1
+        HELPERS.done(helper.pid)
+    assert subreaper.reap(helpers_first=True) == {} and not subreaper.helper_in_the_way
+    assert _zombies_of(os.getpid()) == []

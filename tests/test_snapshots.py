@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ralph_supervisor.evidence.ignore import ignore_rules
+from ralph_supervisor.snapshots import commit_object
 from ralph_supervisor.snapshots import restore as restore_cmd
 from ralph_supervisor.snapshots.git import SnapshotError, classify_failure, refused_path
 from ralph_supervisor.snapshots.info import SnapshotInfo, restore_command
@@ -410,3 +411,29 @@ def test_the_refs_read_again_only_where_a_file_was_replaced_see_what_another_pro
     assert store._refs() == {f"{first.id:08d}": first.commit, f"{second.id:08d}": first.commit}
     store.git.run("update-ref", "-d", f"refs/snapshots/{first.id:08d}")
     assert store._refs() == {f"{second.id:08d}": first.commit}
+
+
+def test_a_snapshots_commit_is_the_object_git_commit_tree_writes(ws: Path, tmp_path: Path) -> None:
+    """The commit is written by hand (commit_object.py): the same bytes under the same id as commit-tree's,
+    readable by git, and the store passes `git fsck`."""
+    (ws / "a.txt").write_text("one\n")
+    store = SnapshotStore(ws, tmp_path / "state")
+    first = take(store, 1)
+    (ws / "a.txt").write_text("two\n")
+    second = take(store, 2, ["a.txt"])
+    git = store.git
+    for info in (first, second):
+        raw = git.run("cat-file", "commit", info.commit)
+        tree = raw.split(b"\n", 1)[0].split()[1].decode()
+        message = raw.partition(b"\n\n")[2]
+        when = int(raw.split(b"\n")[1].split()[-2])
+        again = git.run("commit-tree", tree, input=message, now=when).decode().strip()
+        assert again == info.commit
+        assert SnapshotInfo.from_message(message.decode(), info.commit) == info
+    assert store.latest() == second and store.find(1) == first
+    git.run("fsck", "--strict", "--no-dangling")
+    loose = [p for p in (store.path / "objects").rglob("*") if p.is_file() and len(p.parent.name) == 2]
+    assert loose and not [p for p in loose if p.name.startswith("tmp_obj_")]
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in loose if p.name == second.commit[2:])
+    assert commit_object.write_commit(store.path / "objects", "ab" * 32, b"{}", 0.0) is None  # SHA-256: commit-tree
+

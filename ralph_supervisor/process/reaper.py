@@ -26,6 +26,7 @@ from collections import OrderedDict
 
 import structlog
 
+from ralph_supervisor.process.helpers import HELPERS
 from ralph_supervisor.process.linux import read_stat
 from ralph_supervisor.process.procfs import children_of
 
@@ -52,6 +53,8 @@ class Reaper:
         self._foreign_since: dict[int, float] = {}
         self._lock = threading.Lock()
         self._reaping = threading.Lock()
+        self.helper_in_the_way = False
+        """The last `reap(helpers_first=True)` stopped at a helper's exit: what lies behind it is not reaped yet."""
 
     def adopt(self, popen: subprocess.Popen[bytes]) -> None:
         """Let the Reaper set popen.returncode when it reaps that child (the spawned command).
@@ -70,10 +73,16 @@ class Reaper:
         with self._lock:
             self._left_alone.add(pid)
 
-    def reap(self, now: float | None = None) -> dict[int, int]:
-        """Reap every exited process that is the tree's, without blocking; return {pid: exit code}."""
+    def reap(self, now: float | None = None, *, helpers_first: bool = False) -> dict[int, int]:
+        """Reap every exited process that is the tree's, without blocking; return {pid: exit code}.
+
+        `helpers_first` (a SIGCHLD, which a helper's exit sends as often as the tree's): when the first
+        waitable child is a helper of ours (git, a hook), whose Popen waits for it at once, stop there instead
+        of listing every zombie of ours (a /proc read per thread and per child, five times a snapshot), and
+        say so in `helper_in_the_way`: the caller looks again a moment later, when the helper is gone."""
         now = time.monotonic() if now is None else now
         reaped: dict[int, tuple[int, int]] = {}
+        self.helper_in_the_way = False
         with self._reaping:
             while True:
                 try:
@@ -86,6 +95,9 @@ class Reaper:
                     if not self._collect(info.si_pid, reaped):
                         break
                     continue
+                if helpers_first and info.si_pid in HELPERS:
+                    self.helper_in_the_way = True
+                    break
                 # The first waitable child is someone else's: find the others by listing our zombies.
                 for pid in _zombie_children(self._me):
                     if pid != info.si_pid and self._is_ours(pid, now):

@@ -13,6 +13,7 @@ ending by itself, which `on_exit` hears of.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -41,6 +42,10 @@ def child_environment(environ: Mapping[str, str], *, tree_marker: str, state_dir
     env[name] = value
     env["RALPH_SUPERVISE_STATE_DIR"] = str(state_dir)
     return env
+
+
+HELPER_WAIT_S = 0.03
+"""After a SIGCHLD that found a helper's exit first: when to reap what may lie behind it."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class Child:
         """The tree is being stopped to start the command again (`--on-open kill`): its exit is ours."""
         self.ended_by_itself = False
         """The loop ended on its own: nothing starts it again (a verdict still coming in opens, no more)."""
+        self._look_again_due = False
 
     @property
     def pid(self) -> int | None:
@@ -112,12 +118,24 @@ class Child:
         log.info(events.CHILD_STARTED, pid=popen.pid, command=list(settings.command))
         self._metrics.child_running(True)
 
-    def collect_exits(self) -> None:
+    def collect_exits(self, *, helpers_first: bool = False) -> None:
         """Reap what has exited (SIGCHLD, the tick, after a stop); the loop's own exit is handled here."""
-        codes = self._reaper.reap()
+        codes = self._reaper.reap(helpers_first=helpers_first)
         info = self.info
         if info is not None and info.pid in codes:
             self._exited(codes[info.pid])
+
+    def on_sigchld(self) -> None:
+        """A child exited: reap. When a helper's exit (git's, five a snapshot) stands before the rest, look
+        again in HELPER_WAIT_S, by when its Popen has waited for it, rather than list every zombie now."""
+        self.collect_exits(helpers_first=True)
+        if self._reaper.helper_in_the_way and not self._look_again_due:
+            self._look_again_due = True
+            asyncio.get_running_loop().call_later(HELPER_WAIT_S, self._look_again)
+
+    def _look_again(self) -> None:
+        self._look_again_due = False
+        self.collect_exits()
 
     def forget_if_gone(self) -> None:
         """After a stop: the child's exit was collected, so it is gone."""

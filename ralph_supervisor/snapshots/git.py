@@ -49,14 +49,19 @@ def git_env(git_dir: Path, work_tree: Path, index: Path | None, now: float) -> d
     """The user's environment without any GIT_* (a hook's GIT_DIR or GIT_INDEX_FILE must never leak
     in), and no user or system config: the store's own config is the only one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    stamp = f"@{int(now)} +0000"
     env.update(
         GIT_DIR=str(git_dir), GIT_WORK_TREE=str(work_tree), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
         HOME=str(git_dir), XDG_CONFIG_HOME=str(git_dir), LC_ALL="C", LANGUAGE="C", GIT_TERMINAL_PROMPT="0",
         GIT_LITERAL_PATHSPECS="1", GIT_AUTHOR_NAME="ralph-supervise", GIT_AUTHOR_EMAIL="ralph-supervise@localhost",
         GIT_COMMITTER_NAME="ralph-supervise", GIT_COMMITTER_EMAIL="ralph-supervise@localhost",
-        GIT_AUTHOR_DATE=stamp, GIT_COMMITTER_DATE=stamp,
-    )
+    )  # commit_object.IDENTITY says the same
+    return dated(env, index, now)
+
+
+def dated(base: dict[str, str], index: Path | None, now: float) -> dict[str, str]:
+    """`base` (git_env's) with the commit dates of `now` and the index to use."""
+    stamp = f"@{int(now)} +0000"
+    env = {**base, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
     if index is not None:
         env["GIT_INDEX_FILE"] = str(index)
     return env
@@ -94,10 +99,13 @@ class Git:
         self.work_tree = work_tree
         self.filters = tuple(filters)
         """Filter drivers emptied in every command (safe_git): those of a config we do not write."""
+        self._env = git_env(git_dir, work_tree, None, 0.0)
+        """The environment as it was when the store opened: a snapshot runs git five times, and building it
+        from os.environ (encoding each of the user's variables) cost more than the rest of a run's setup."""
 
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None, now: float | None = None,
             ok: Sequence[int] = (0,)) -> bytes:
-        env = git_env(self.git_dir, self.work_tree, index, time.time() if now is None else now)
+        env = dated(self._env, index, time.time() if now is None else now)
         command = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
         if command == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
             del env["GIT_DIR"], env["GIT_WORK_TREE"]

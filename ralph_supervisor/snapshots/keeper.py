@@ -271,7 +271,7 @@ class SnapshotKeeper:
             return None
         took_ms = int((time.monotonic() - began) * 1000)
         was = self.state
-        self._show(latest=info, count=store.count(), state="on", problem=None)
+        self._show(latest=info, count=store.kept_at_take, state="on", problem=None)
         if was == "paused":
             log.info("snapshots_resumed", iteration=iteration)
         log.info("snapshot_taken", iteration=iteration, snapshot=info.id, kind=kind, files=info.files,

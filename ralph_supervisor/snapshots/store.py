@@ -160,6 +160,8 @@ class SnapshotStore:
         """Bytes on disk at the last count, and what was stored since (an upper bound), and how often."""
         self._stored_since = 0
         self._takes_since = 0
+        self.kept_at_take = 0
+        """How many snapshots the store kept when the last `take` ended (`count()` without reading the refs again)."""
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -368,6 +370,7 @@ class SnapshotStore:
         info, stored = self._taker.take(next_id, iteration, kind, parent, None if full else changed, now)
         self._write_ref(info.id, info.commit)
         self._latest_seen = info
+        self.kept_at_take = len(refs) + 1
         self._stored_since += stored
         self._takes_since += 1
         return info

@@ -5,8 +5,9 @@ A full pass asks git for every tracked, untracked and deleted path that changed 
 ignored ones (`.env`, local config, data: what `git clean -x` deletes), but for regenerable trees (`--snapshot-skip`
 names and virtual environments), which are listed by their root and measured, not stored. An incremental pass
 reads only the paths the watcher saw change. Each path is sorted by what git must do with it (`_Pass`), the index
-is updated (files that change while read are read again, then listed as moved), and `write-tree` and `commit-tree`
-make the snapshot. What is ignored is the watcher's rules, written to the store's `info/exclude` by the store.
+is updated (files that change while read are read again, then listed as moved), and `write-tree` and the commit
+(commit_object.py) make the snapshot. What is ignored is the watcher's rules, written to the store's `info/exclude`
+by the store.
 
     taker = Taker(git, workspace, max_file=50_000_000, skip=frozenset({"node_modules"}), state_prefix=None)
     info, stored = taker.take(7, iteration=3, kind="iteration", parent=latest, changed=None, now=time.time())
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from ralph_supervisor import store as state_files
 from ralph_supervisor.evidence.ignore import BOOKKEEPING_NAMES, VENV_MARKER
-from ralph_supervisor.snapshots.git import Git, SnapshotError, git_mode_bits, refused_path, tree_listing
+from ralph_supervisor.snapshots.commit_object import write_commit
+from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, git_mode_bits, refused_path, tree_listing
 from ralph_supervisor.snapshots.info import LIST_MAX, SKIP_MEASURE_EVERY_S, SnapshotInfo
 
 RETRIES = 2
@@ -274,7 +276,13 @@ class Taker:
         )
         info = replace(info, skipped_bytes=self._measure_skipped(info.skipped, now))
         # No parent link: each snapshot stands alone, so dropping the oldest refs frees what only they held.
-        commit = self._git.run("commit-tree", tree, input=info.message().encode("utf-8"), now=now).decode().strip()
+        message = info.message().encode("utf-8")
+        try:
+            commit = write_commit(self._git.git_dir / "objects", tree, message, now)
+        except OSError as exc:
+            raise SnapshotError(errno_kind(exc), f"cannot write the snapshot's commit: {exc.strerror or exc}") from None
+        if commit is None:
+            commit = self._git.run("commit-tree", tree, input=message, now=now).decode().strip()
         return replace(info, commit=commit)
 
     def _diff(self, parent: SnapshotInfo, tree: str, *, sizes: bool) -> tuple[int, int, int, int]:
