@@ -99,6 +99,9 @@ class InotifySource:
         self._mask = (C.IN_CREATE | C.IN_DELETE | C.IN_MOVED_FROM | C.IN_MOVED_TO | C.IN_MODIFY | C.IN_CLOSE_WRITE
                       | C.IN_DONT_FOLLOW | C.IN_ONLYDIR | C.IN_EXCL_UNLINK)
         fd = InotifyFD()  # our own instance: its limits and lifetime are ours, not watchdog's singleton
+        inotify_fd = getattr(fd, "_inotify_fd", None)  # watchdog opens it without close-on-exec
+        if isinstance(inotify_fd, int):
+            os.set_inheritable(inotify_fd, False)  # so no helper (git, a hook) holds it
         barrier_dir = Path(tempfile.mkdtemp(prefix="ralph-supervise-barrier-"))
         with self._cond:
             closed = self._closed  # stopped meanwhile

@@ -16,12 +16,11 @@ import errno
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from ralph_supervisor.process.helpers import HELPERS
+from ralph_supervisor.process.helpers import HELPERS, TimedOut
 from ralph_supervisor.safe_git import command as safe_command
 
 GIT_TIMEOUT_S = 600.0
@@ -109,26 +108,19 @@ class Git:
         command = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
         if command == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
+        argv = safe_command(self.git, args, filters=self.filters)
+        argv[1:1] = ["-C", str(self.work_tree)]  # the working folder, which HELPERS.run leaves as ours
         try:
-            proc = HELPERS.popen(safe_command(self.git, args, filters=self.filters), cwd=self.work_tree, env=env,
-                                 close_fds=True, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            done = HELPERS.run(argv, env=env, input=input, timeout=GIT_TIMEOUT_S)
         except OSError as exc:
             raise SnapshotError(errno_kind(exc), f"cannot run git: {exc.strerror or exc}") from None
-        try:
-            try:
-                out, err = proc.communicate(input, timeout=GIT_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise SnapshotError("failed", f"git {command} did not finish in {GIT_TIMEOUT_S:.0f} s") from None
-        finally:
-            HELPERS.done(proc.pid)
-        if proc.returncode not in ok:
-            text = err.decode("utf-8", "replace").strip()
-            last = text.splitlines()[-1] if text else f"exit code {proc.returncode}"
+        except TimedOut:
+            raise SnapshotError("failed", f"git {command} did not finish in {GIT_TIMEOUT_S:.0f} s") from None
+        if done.code not in ok:
+            text = done.err.decode("utf-8", "replace").strip()
+            last = text.splitlines()[-1] if text else f"exit code {done.code}"
             raise SnapshotError(classify_failure(text), f"git {command} failed: {last}"[:400], text)
-        return out
+        return done.out
 
 
 def tree_listing(git: Git, tree: str) -> dict[str, int]:
