@@ -78,6 +78,10 @@ class OutputAnalysis:
         """Block until chunk `seq` was analysed (call it off the event loop)."""
         return self.queue.wait_done(seq, timeout)
 
+    def analysed(self, seq: int) -> bool:
+        """Whether chunk `seq` was analysed: its findings are then in the event loop's queue already."""
+        return self.queue.analysed(seq)
+
     @property
     def dropped_bytes(self) -> int:
         return self.queue.dropped_bytes

@@ -175,6 +175,11 @@ class AnalysisQueue:
     def cut_lines(self) -> int:
         return sum(s.cut_lines for s in self._splitters.values())
 
+    def analysed(self, seq: int) -> bool:
+        """Whether chunk `seq` has been analysed already (no wait: the event loop may ask)."""
+        with self._cond:
+            return self.done >= seq
+
     def wait_done(self, seq: int, timeout: float) -> bool:
         """Block until chunk `seq` has been analysed (used off the event loop)."""
         deadline = time.monotonic() + timeout

@@ -107,7 +107,11 @@ class CallJudge:
         """Everything the pipes and tailed files hold now, analysed (a call just ended)."""
         self._tailer.poll()  # the call's last words in its log file still belong to it
         self._tap.read_now()
-        await asyncio.to_thread(self._analysis.wait_done, self._tap.last_seq, 5.0)
+        seq = self._tap.last_seq
+        if self._analysis.analysed(seq):  # mostly it is: no thread to wait on, only its findings to take
+            await asyncio.sleep(0)  # they were handed to the loop before it said so: they run before we go on
+        else:
+            await asyncio.to_thread(self._analysis.wait_done, seq, 5.0)
 
     def build(self, call: CallEvidence, ended: float, delta: WorkspaceDelta, *, exit_status: int | None = None,
               killed_by: int | None = None, timed_out: bool = False) -> IterationReport:
