@@ -33,6 +33,10 @@ PATTERNS = re.compile("|".join([
     r"\b[Bb]earer\s+[A-Za-z0-9._~+/=-]{20,}",
     r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",  # JSON web tokens
 ]))
+MUST_HOLD = ("PRIVATE KEY", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
+             "hooks.slack.com/services/", "AKIA", "ASIA", "AIza", "npm_", "earer", "eyJ")
+"""A text that PATTERNS can match holds one of these (each pattern's own literal part): a line with none is
+not searched. The search tries every pattern at every position (70 µs for an event line); these are a few µs."""
 SECRET_KEY = re.compile(r"(?i)(key|token|secret|passw|pwd|auth|credential|private|dsn|url)")
 ENV_FILES = (".env", ".env.local", ".env.development", ".env.production", ".env.test")
 MIN_VALUE = 12
@@ -64,12 +68,20 @@ class Masker:
 
     values: frozenset[str] = field(default_factory=frozenset)
 
+    longest_first: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The values, longest first: one may contain another."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "longest_first", tuple(sorted(self.values, key=len, reverse=True)))
+
     def mask(self, text: str) -> str:
         if not text:
             return text
-        for value in sorted(self.values, key=len, reverse=True):  # longest first: one may contain another
+        for value in self.longest_first:
             if value in text:
                 text = text.replace(value, MASK)
+        if not any(literal in text for literal in MUST_HOLD):
+            return text
         return PATTERNS.sub(MASK, text)
 
     @classmethod

@@ -90,3 +90,44 @@ def test_the_ledger_file_is_dump_ledgers_text_when_built_from_pieces(here: Path,
         ledger.append(report(len(before) + n + 1))
     text = (state_dir / "ledger.json").read_text(encoding="utf-8") if after else ledger.text()
     assert text == dump_ledger(goal[: ledger_json.GOAL_MAX], ledger.attempts)
+
+
+def test_a_calls_start_is_written_with_the_next_save_or_within_its_bound(tmp_path: Path) -> None:
+    """`Keeping.save(within=...)` (a call's start): at many calls a second one write serves several starts,
+    and the file is never further behind than the bound; a save without a bound writes at once."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from ralph_supervisor.breaker import Breaker, Thresholds
+    from ralph_supervisor.records import Warnings
+    from ralph_supervisor.runtime.keeping import Keeping
+
+    records = Records(tmp_path, goal="supervised: ./loop.sh")
+    breaker = Breaker(Thresholds())
+    keeping = Keeping(SimpleNamespace(state_dir=tmp_path), breaker=breaker, records=records, warnings=Warnings(),
+                      limit_until=lambda: None, escalation_text=lambda: None)
+
+    def shown() -> int:
+        return json.loads((tmp_path / "state.json").read_text())["iteration"]
+
+    async def calls() -> list[int]:
+        seen = []
+        breaker.iteration_started(1, 10.0)
+        keeping.save(within=0.2)  # nothing written for a while: at once
+        seen.append(shown())
+        breaker.iteration_started(2, 10.01)
+        keeping.save(within=0.2)  # just written: it waits
+        seen.append(shown())
+        await asyncio.sleep(0.4)
+        seen.append(shown())  # written within the bound
+        breaker.iteration_started(3, 10.5)
+        keeping.save(within=0.2)
+        breaker.iteration_started(4, 10.51)
+        keeping.save(within=0.2)
+        keeping.save()  # a save that cannot wait (a call's end) writes now and the waiting one is dropped
+        seen.append(shown())
+        keeping.close()
+        return seen
+
+    assert asyncio.run(calls()) == [1, 1, 2, 4]
+    records.close()

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ralph_supervisor.masking import MASK, Masker, env_values
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ralph_supervisor.masking import MASK, PATTERNS, Masker, env_values
 from tests.helpers import REPO, state_dir_of
+from tests.helpers.fuzzing import CHEAP
 from tests.helpers.supervise import supervise_argv
 
 ANTHROPIC = "sk-ant-api03-" + "Q" * 40
@@ -79,3 +83,17 @@ def test_what_the_agent_prints_is_masked_in_events_escalation_report_and_status_
     assert "auth failed" in shown["events.jsonl"] and MASK in shown["events.jsonl"]
     for where, text in shown.items():
         assert ANTHROPIC not in text and "rk_live_notreal_51Habc" not in text, where
+
+
+_PIECES = st.sampled_from([
+    "sk-", "ant-", "ghp_", "gho", "github_pat_", "glpat-", "xoxb-", "hooks.slack.com/services/", "AKIA", "ASIA",
+    "AIza", "npm_", "Bearer ", "bearer\t", "eyJ", ".", "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+    "PRIVATE KEY", " ", "\n", "_", "-", "/",
+]) | st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=40)
+
+
+@given(st.lists(_PIECES, max_size=12).map("".join))
+@CHEAP
+def test_a_text_left_unsearched_is_one_the_patterns_would_not_change(text: str) -> None:
+    """mask skips the search where none of MUST_HOLD is in the text: it gives what the search gives."""
+    assert Masker().mask(text) == PATTERNS.sub(MASK, text)

@@ -42,6 +42,9 @@ log = structlog.get_logger("ralph_supervisor")
 
 RECENT_REPORTS = 20
 """Reports kept for `escalation.md`'s evidence."""
+START_SAVE_WITHIN_S = 1.0
+"""A call's start shows in state.json within this (Keeping.save's `within`): at many calls a second, each
+call's end writes it anyway."""
 TRIM_EVERY = 100
 """Iterations between two returns of freed memory to the system."""
 
@@ -99,7 +102,7 @@ class CallJudge:
         self._metrics.iteration_started(now=now)
         self._tell_systemd()
         decision = self._breaker.iteration_started(call.number, now)
-        self._save()
+        self._save(within=0.0 if decision.changed else START_SAVE_WITHIN_S)
         if decision.changed:
             self._apply_soon(decision)
 
