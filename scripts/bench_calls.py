@@ -152,6 +152,43 @@ class CpuRun:
         return self.percent if self.rate >= 10 else self.percent * 10 / max(self.rate, 0.1)
 
 
+class CpuRuns:
+    """Several CpuRuns of one kind, taken in turns with the others: their median and their spread."""
+
+    def __init__(self) -> None:
+        self.runs: list[CpuRun] = []
+
+    def median(self, attr: str) -> float:
+        return statistics.median(getattr(run, attr) for run in self.runs)
+
+    def cell(self, attr: str, unit: str) -> str:
+        """`median unit (fastest-slowest)`."""
+        values = [getattr(run, attr) for run in self.runs]
+        return f"{self.median(attr):.1f}{unit} ({min(values):.1f}-{max(values):.1f})"
+
+    def rates(self) -> str:
+        return f"{self.median('percent'):.1f} % at {self.median('rate'):.1f}/s"
+
+
+def cpu_rounds(rounds: int, seconds: float, before_source: Path | None) -> dict[str, CpuRuns]:
+    """`rounds` CPU runs each of the shims, the sampler, and (with `before_source`) both of the code before,
+    taking turns in every round, so that a busy spell of the machine falls on all of them alike."""
+    kinds: dict[str, Callable[[], CpuRun | None]] = {
+        "shims": lambda: cpu_at_ten_calls_a_second(seconds, False),
+        "sampler": lambda: cpu_at_ten_calls_a_second(seconds, True),
+    }
+    if before_source is not None:
+        kinds["shims before"] = lambda: before(before_source, lambda: cpu_at_ten_calls_a_second(seconds, False))
+        kinds["sampler before"] = lambda: before(before_source, lambda: cpu_at_ten_calls_a_second(seconds, True))
+    found = {kind: CpuRuns() for kind in kinds}
+    for _ in range(rounds):
+        for kind, measure in kinds.items():
+            run = measure()
+            if run is not None:
+                found[kind].runs.append(run)
+    return found
+
+
 def cpu_at_ten_calls_a_second(seconds: float, sampled: bool, settle: float = 3.0) -> CpuRun:
     ws, bin_dir = setup("cpu-sampled" if sampled else "cpu-shim")
     proc = supervise(ws, bin_dir, loop(bin_dir, "while :; do claude -p go; sleep 0.1; done", sampled), seconds)
@@ -223,15 +260,13 @@ def main() -> None:
     # every supervisor started from the source tree would compile its ~200 modules again, a second of CPU.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(kit.ROOT / "ralph_supervisor")], check=True,
                    stdout=subprocess.DEVNULL)
-    n_latency, n_cost, cpu_s, n_missed = (15, 200, 10.0, 200) if args.quick else (kit.TAIL_SAMPLES, 500, 20.0, 1000)
+    n_latency, n_cost, cpu_s, n_missed = (15, 200, 8.0, 200) if args.quick else (kit.TAIL_SAMPLES, 500, 12.0, 1000)
+    cpu_n = 2 if args.quick else 5
     load_start = kit.loadavg()
     try:
         shim_lat, sampled_lat = latency(n_latency, False), latency(n_latency, True)
         cost = shim_cost(n_cost)
-        cpu_shim = cpu_at_ten_calls_a_second(cpu_s, False)
-        before_shim = before(args.before, lambda: cpu_at_ten_calls_a_second(cpu_s, False))
-        cpu_sampled = cpu_at_ten_calls_a_second(cpu_s, True)
-        before_sampled = before(args.before, lambda: cpu_at_ten_calls_a_second(cpu_s, True))
+        cpu = cpu_rounds(cpu_n, cpu_s, args.before)
         miss_shim, wrong_shim = missed(n_missed, False)
         miss_sampled, wrong_sampled = missed(n_missed, True)
     finally:
@@ -256,23 +291,19 @@ def main() -> None:
                 ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
         kit.Row("time a bash -p shim adds in a box (its notice told to the channel too)",
                 ms(cost["boxed"] - cost["plain"]), ms(cost["plain"]) + " (`true` itself)", "", "< 5 ms"),
-        kit.Row("supervisor CPU, loop making 10 calls a second (shims vs sampler)", f"{cpu_shim.at_ten:.1f} %",
-                f"{cpu_sampled.at_ten:.1f} %", f"{cpu_shim.at_ten / cpu_sampled.at_ten:.2f}" if cpu_sampled.at_ten else "",
-                "< 10 %"),
+        kit.Row("supervisor CPU, loop making 10 calls a second (shims vs sampler)", cpu["shims"].cell("at_ten", " %"),
+                cpu["sampler"].cell("at_ten", " %"),
+                f"{cpu['shims'].median('at_ten') / cpu['sampler'].median('at_ten'):.2f}", "< 10 %"),
         kit.Row("the same, as measured: CPU at the calls a second the loop made (shims vs sampler)",
-                f"{cpu_shim.percent:.1f} % at {cpu_shim.rate:.1f}/s", f"{cpu_sampled.percent:.1f} % at {cpu_sampled.rate:.1f}/s",
-                "", "(for reference)"),
-        kit.Row("supervisor CPU per agent call (shims vs sampler)", f"{cpu_shim.per_call_ms:.1f} ms",
-                f"{cpu_sampled.per_call_ms:.1f} ms", f"{cpu_shim.per_call_ms / cpu_sampled.per_call_ms:.2f}"
-                if cpu_sampled.per_call_ms else "", "(for reference)"),
-        *([] if before_shim is None or before_sampled is None else [
-            kit.Row(f"CPU per agent call, shims: this code vs the code before ({before_commit})",
-                    f"{cpu_shim.per_call_ms:.1f} ms", f"{before_shim.per_call_ms:.1f} ms",
-                    f"{cpu_shim.per_call_ms / before_shim.per_call_ms:.2f}", "(for reference)"),
-            kit.Row(f"CPU per agent call, sampler: this code vs the code before ({before_commit})",
-                    f"{cpu_sampled.per_call_ms:.1f} ms", f"{before_sampled.per_call_ms:.1f} ms",
-                    f"{cpu_sampled.per_call_ms / before_sampled.per_call_ms:.2f}", "(for reference)"),
-        ]),
+                cpu["shims"].rates(), cpu["sampler"].rates(), "", "(for reference)"),
+        kit.Row("supervisor CPU per agent call (shims vs sampler)", cpu["shims"].cell("per_call_ms", " ms"),
+                cpu["sampler"].cell("per_call_ms", " ms"),
+                f"{cpu['shims'].median('per_call_ms') / cpu['sampler'].median('per_call_ms'):.2f}", "(for reference)"),
+        *[kit.Row(f"CPU per agent call, {kind}: this code vs the code before ({before_commit})",
+                  cpu[kind].cell("per_call_ms", " ms"), cpu[f"{kind} before"].cell("per_call_ms", " ms"),
+                  f"{cpu[kind].median('per_call_ms') / cpu[f'{kind} before'].median('per_call_ms'):.2f}",
+                  "(for reference)")
+          for kind in ("shims", "sampler") if cpu.get(f"{kind} before") and cpu[f"{kind} before"].runs],
         kit.Row(f"calls missed out of {n_missed:,} back-to-back short calls (shims vs sampler)", str(miss_shim),
                 str(miss_sampled), "", "0"),
         kit.Row(f"calls of those {n_missed:,} whose files were not exactly their own", str(wrong_shim),
@@ -291,8 +322,9 @@ agent's folder before the shims on PATH, so only the tree sampler (every 0.1-0.5
 Latency: the agent writes its start time first; the supervisor's `iteration_started` event carries a
 millisecond timestamp ({n_latency} calls of 0.3 s each way). Shim cost: `true` found through PATH, median of
 {n_cost} interleaved runs each. CPU: a loop calling the agent with `sleep 0.1` between calls (10 calls a second
-on an idle machine) for {cpu_s:.0f} s after 3 s of start-up, the calls it made counted; on a busy machine it
-makes fewer, and the first row scales the CPU to ten calls a second from what a call cost. Missed calls:
+on an idle machine) for {cpu_s:.0f} s after 3 s of start-up, the calls it made counted, {cpu_n} times each, the
+kinds taking turns (median, the lowest and highest in brackets); on a busy machine the loop makes fewer, and the
+first row scales the CPU to ten calls a second from what a call cost. Missed calls:
 {n_missed:,} back-to-back calls of a few milliseconds, each writing one new file.
 
 A negative latency means the supervisor knew of the call before the agent's first command ran (the shim's

@@ -66,19 +66,23 @@ def _sleeper(env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes]
     return proc, stat
 
 
-def test_the_record_is_rewritten_only_when_the_members_change(tmp_path: Path) -> None:
+def test_the_record_is_rewritten_only_when_a_member_is_new(tmp_path: Path) -> None:
+    """A member gone costs no write (a sweep ends only what matches pid and start time, so its line is
+    harmless); a new one is written at once, with the members of now."""
     path = tmp_path / "state" / "tree.json"
     record = MemberRecord(path, marker="RALPH_SUPERVISE_TREE=abc")
-    members = [Member(pid=100 + n, create_time=1_700_000_000.0 + n, name="sleep", ppid=1) for n in range(3)]
+    members = [Member(pid=100 + n, create_time=1_700_000_000.0 + n, name="sleep", ppid=1) for n in range(4)]
 
-    record.record(members)
+    record.record(members[:3])
     first = path.stat()
-    record.record(list(members))
-    assert path.stat().st_ino == first.st_ino and path.stat().st_mtime_ns == first.st_mtime_ns
+    record.record(list(members[:3]))
     record.record(members[:2])
+    assert path.stat().st_ino == first.st_ino and path.stat().st_mtime_ns == first.st_mtime_ns
+    assert [row["pid"] for row in json.loads(path.read_text())["members"]] == [100, 101, 102]
+    record.record([members[0], members[1], members[3]])
 
     document = json.loads(path.read_text())
-    assert [row["pid"] for row in document["members"]] == [100, 101]
+    assert [row["pid"] for row in document["members"]] == [100, 101, 103]
     assert document["marker"] == "RALPH_SUPERVISE_TREE=abc"
     assert path.stat().st_ino != first.st_ino  # replaced by rename, never rewritten in place
     assert [p.name for p in path.parent.iterdir()] == ["tree.json"]  # no temp file left

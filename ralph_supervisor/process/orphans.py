@@ -68,15 +68,17 @@ class MemberRecord:
         return self._path
 
     def record(self, members: Iterable[Member]) -> None:
-        """Replace the record with `members` (the tree as of now). No write when nothing changed;
-        at most MAX_RECORDED members (parents first, as scan() orders them)."""
+        """Replace the record with `members` (the tree as of now). No write when no member is new: a member
+        that left and stays in the record is harmless, since a sweep ends only a process whose pid and start
+        time both match (a call's end, ten a second, then costs no write). At most MAX_RECORDED members
+        (parents first, as scan() orders them)."""
         rows: list[tuple[int, int, str]] = []
         for member in members:
             rows.append((member.pid, create_time_to_ticks(member.create_time), member.name))
             if len(rows) >= MAX_RECORDED:
                 break
         keys = frozenset((pid, ticks) for pid, ticks, _ in rows)
-        if keys == self._written:
+        if self._written is not None and keys <= self._written:
             return
         document = {
             "version": FORMAT_VERSION,

@@ -76,10 +76,17 @@ def children_of(pid: int) -> list[int] | None:
     return found
 
 
+_boot_id: str | None = None
+
+
 def boot_id() -> str:
-    """This boot's random id: a record from an earlier boot names processes that no longer exist."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
+    """This boot's random id: a record from an earlier boot names processes that no longer exist. Read once: it
+    is the same until the machine starts again ("" where it cannot be read, and read again next time)."""
+    global _boot_id
+    if _boot_id is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+                _boot_id = fh.read().strip()
+        except OSError:
+            return ""
+    return _boot_id
