@@ -42,9 +42,6 @@ log = structlog.get_logger("ralph_supervisor")
 
 RECENT_REPORTS = 20
 """Reports kept for `escalation.md`'s evidence."""
-START_SAVE_WITHIN_S = 1.0
-"""A call's start shows in state.json within this (Keeping.save's `within`): at many calls a second, each
-call's end writes it anyway."""
 TRIM_EVERY = 100
 """Iterations between two returns of freed memory to the system."""
 
@@ -102,7 +99,7 @@ class CallJudge:
         self._metrics.iteration_started(now=now)
         self._tell_systemd()
         decision = self._breaker.iteration_started(call.number, now)
-        self._save(within=0.0 if decision.changed else START_SAVE_WITHIN_S)
+        self._save()
         if decision.changed:
             self._apply_soon(decision)
 

@@ -11,9 +11,7 @@ once; a lost control socket is bound again.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,24 +56,9 @@ class Keeping:
         """The control server, bound again when its socket is lost (None: there is none)."""
         self.published: Snapshot = breaker.snapshot()
         """The breaker as last saved: an immutable value, read by other threads (the metrics' scrapes)."""
-        self._saved_at = float("-inf")
-        self._save_later: asyncio.TimerHandle | None = None
 
-    def save(self, within: float = 0.0) -> None:
-        """`state.json` from the breaker, with the end of a wait the tree is frozen for.
-
-        `within` (seconds): the file may show this for up to that long later (a call's start, which only
-        counts the iteration): when the last write is more recent than that, one write at its end serves.
-        A loop making ten calls a second then writes the file at each call's end only."""
-        now = time.monotonic()
-        if within > 0 and now - self._saved_at < within:
-            if self._save_later is None:
-                self._save_later = asyncio.get_running_loop().call_later(within - (now - self._saved_at), self.save)
-            return
-        if self._save_later is not None:
-            self._save_later.cancel()
-            self._save_later = None
-        self._saved_at = now
+    def save(self) -> None:
+        """`state.json` from the breaker, with the end of a wait the tree is frozen for."""
         self.published = snapshot = self._breaker.snapshot()
         self._records.save(snapshot, limit_until=self._limit_until())
 
@@ -97,9 +80,6 @@ class Keeping:
                 log.warning(events.CONTROL_SOCKET_UNAVAILABLE, error=str(exc))
 
     def close(self) -> None:
-        if self._save_later is not None:  # the end of the run wrote the file already
-            self._save_later.cancel()
-            self._save_later = None
         if self.guard is not None:
             self.guard.close()
 
