@@ -271,10 +271,31 @@ def cleanup() -> None:
             break
         if pid == 0:
             break
+    _remove_state_folders(_temp_dirs)
     for path in _temp_dirs:
         shutil.rmtree(path, ignore_errors=True)
     _temp_dirs.clear()
     _registry.clear()
+
+
+def _remove_state_folders(temp_dirs: list[Path]) -> None:
+    """The state folders our supervisors made for workspaces in our temp folders (snapshot stores, child.log:
+    hundreds of MB for some), which live in the user's state home, not in the temp folder."""
+    from ralph_supervisor.state_folder import workspaces_home
+
+    home = workspaces_home()
+    try:
+        folders = list(home.iterdir())
+    except OSError:
+        return
+    ours = [str(path) + os.sep for path in temp_dirs]
+    for folder in folders:
+        try:
+            workspace = json.loads((folder / "workspace.json").read_text())["workspace"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(workspace, str) and any(workspace.startswith(prefix) for prefix in ours):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 atexit.register(cleanup)
