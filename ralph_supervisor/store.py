@@ -34,6 +34,13 @@ def utc_day(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd` (os.write may take less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Write `data` to `path` atomically: a temp file in the same folder, (fsync,) rename, (fsync of the
     folder). A reader (or a crash) sees the old content or the new, never half of one; `durable` adds the two
@@ -43,9 +50,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: b
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         if durable:
             os.fsync(fd)
         os.close(fd)

@@ -433,7 +433,7 @@ def test_a_snapshots_commit_is_the_object_git_commit_tree_writes(ws: Path, tmp_p
     assert store.latest() == second and store.find(1) == first
     git.run("fsck", "--strict", "--no-dangling")
     loose = [p for p in (store.path / "objects").rglob("*") if p.is_file() and len(p.parent.name) == 2]
-    assert loose and not [p for p in loose if p.name.startswith("tmp_obj_")]
+    assert loose and not [p for p in loose if p.name.endswith(".tmp")]  # written whole, renamed into place
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in loose if p.name == second.commit[2:])
     assert commit_object.write_commit(store.path / "objects", "ab" * 32, b"{}", 0.0) is None  # SHA-256: commit-tree
 

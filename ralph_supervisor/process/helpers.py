@@ -12,7 +12,7 @@ helper or a registered one.
     >>> HELPERS.run(["/usr/bin/git", "--version"], env={}).out                   # doctest: +SKIP
     b'git version 2.39.5\n'
 
-`run` is the lean way for a short command whose output is read whole (git, five times a snapshot): its input,
+`run` is the lean way for a short command whose output is read whole (git, four times a snapshot): its input,
 output and errors are memory files, not pipes, so there is no reading loop, and posix_spawn starts it. Its
 parent-side cost is about a third of Popen's and communicate's.
 """
@@ -26,6 +26,8 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from ralph_supervisor.store import write_all
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class Helpers:
         files = [os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdin", "stdout", "stderr")]
         try:
             if input:
-                _write_all(files[0], input)
+                write_all(files[0], input)
                 os.lseek(files[0], 0, os.SEEK_SET)
             actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(files)]
             with self.lock:
@@ -106,12 +108,6 @@ class Helpers:
     def pids(self) -> frozenset[int]:
         with self.lock:
             return frozenset(self._pids)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _read_all(fd: int) -> bytes:

@@ -77,8 +77,8 @@ class Reaper:
         """Reap every exited process that is the tree's, without blocking; return {pid: exit code}.
 
         `helpers_first` (a SIGCHLD, which a helper's exit sends as often as the tree's): when the first
-        waitable child is a helper of ours (git, a hook), whose Popen waits for it at once, stop there instead
-        of listing every zombie of ours (a /proc read per thread and per child, five times a snapshot), and
+        waitable child is a helper of ours (git, a hook), whose owner waits for it at once, stop there instead
+        of listing every zombie of ours (a /proc read per thread and per child, four times a snapshot), and
         say so in `helper_in_the_way`: the caller looks again a moment later, when the helper is gone."""
         now = time.monotonic() if now is None else now
         reaped: dict[int, tuple[int, int]] = {}

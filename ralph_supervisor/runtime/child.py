@@ -126,8 +126,8 @@ class Child:
             self._exited(codes[info.pid])
 
     def on_sigchld(self) -> None:
-        """A child exited: reap. When a helper's exit (git's, five a snapshot) stands before the rest, look
-        again in HELPER_WAIT_S, by when its Popen has waited for it, rather than list every zombie now."""
+        """A child exited: reap. When a helper's exit (git's, four a snapshot) stands before the rest, look
+        again in HELPER_WAIT_S, by when its owner has waited for it, rather than list every zombie now."""
         self.collect_exits(helpers_first=True)
         if self._reaper.helper_in_the_way and not self._look_again_due:
             self._look_again_due = True

@@ -12,12 +12,14 @@ is left to commit-tree.
 from __future__ import annotations
 
 import hashlib
-import os
 import zlib
 from pathlib import Path
 
-IDENTITY = "ralph-supervise <ralph-supervise@localhost>"
-"""Who the snapshots' commits are by: git_env's GIT_AUTHOR_* and GIT_COMMITTER_*."""
+from ralph_supervisor.store import atomic_write_bytes
+
+NAME, EMAIL = "ralph-supervise", "ralph-supervise@localhost"
+"""Who the snapshots' commits are by: here, and in git_env's GIT_AUTHOR_* and GIT_COMMITTER_* for commit-tree."""
+IDENTITY = f"{NAME} <{EMAIL}>"
 
 
 def commit_bytes(tree: str, message: bytes, now: float) -> bytes:
@@ -39,19 +41,9 @@ def write_commit(objects: Path, tree: str, message: bytes, now: float) -> str | 
     if path.exists():  # the same tree, message and second: the object is already there
         return commit
     folder.mkdir(exist_ok=True)
-    tmp = folder / f"tmp_obj_{os.getpid()}_{commit[2:10]}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444)
-    try:
-        data = memoryview(zlib.compress(raw))
-        while data:
-            data = data[os.write(fd, data):]
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
+    # Read-only as git makes its objects; without fsync, as git writes loose objects by default.
+    atomic_write_bytes(path, zlib.compress(raw), 0o444, durable=False)
     return commit
 
 
-__all__ = ["IDENTITY", "commit_bytes", "write_commit"]
+__all__ = ["EMAIL", "IDENTITY", "NAME", "commit_bytes", "write_commit"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ralph_supervisor.process.helpers import HELPERS, TimedOut
 from ralph_supervisor.safe_git import command as safe_command
+from ralph_supervisor.snapshots.commit_object import EMAIL, NAME
 
 GIT_TIMEOUT_S = 600.0
 
@@ -44,17 +45,18 @@ def find_git() -> str | None:
     return shutil.which("git")
 
 
-def git_env(git_dir: Path, work_tree: Path, index: Path | None, now: float) -> dict[str, str]:
+def git_env(git_dir: Path, work_tree: Path) -> dict[str, str]:
     """The user's environment without any GIT_* (a hook's GIT_DIR or GIT_INDEX_FILE must never leak
-    in), and no user or system config: the store's own config is the only one."""
+    in), and no user or system config: the store's own config is the only one. `dated` adds a command's
+    dates and index."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(
         GIT_DIR=str(git_dir), GIT_WORK_TREE=str(work_tree), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
         HOME=str(git_dir), XDG_CONFIG_HOME=str(git_dir), LC_ALL="C", LANGUAGE="C", GIT_TERMINAL_PROMPT="0",
-        GIT_LITERAL_PATHSPECS="1", GIT_AUTHOR_NAME="ralph-supervise", GIT_AUTHOR_EMAIL="ralph-supervise@localhost",
-        GIT_COMMITTER_NAME="ralph-supervise", GIT_COMMITTER_EMAIL="ralph-supervise@localhost",
-    )  # commit_object.IDENTITY says the same
-    return dated(env, index, now)
+        GIT_LITERAL_PATHSPECS="1", GIT_AUTHOR_NAME=NAME, GIT_AUTHOR_EMAIL=EMAIL, GIT_COMMITTER_NAME=NAME,
+        GIT_COMMITTER_EMAIL=EMAIL,
+    )
+    return env
 
 
 def dated(base: dict[str, str], index: Path | None, now: float) -> dict[str, str]:
@@ -98,8 +100,8 @@ class Git:
         self.work_tree = work_tree
         self.filters = tuple(filters)
         """Filter drivers emptied in every command (safe_git): those of a config we do not write."""
-        self._env = git_env(git_dir, work_tree, None, 0.0)
-        """The environment as it was when the store opened: a snapshot runs git five times, and building it
+        self._env = git_env(git_dir, work_tree)
+        """The environment as it was when the store opened: a snapshot runs git four times, and building it
         from os.environ (encoding each of the user's variables) cost more than the rest of a run's setup."""
 
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None, now: float | None = None,
