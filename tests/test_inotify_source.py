@@ -84,6 +84,25 @@ def test_a_barrier_runs_its_then_after_every_event_queued_before_it_and_before_a
     assert heard.kinds("after.txt")
 
 
+def test_barriers_rename_one_file_and_make_it_anew_when_it_is_gone(source) -> None:
+    """A barrier renames the folder's one file (no inode made or freed); when a cleaner removed it, the next
+    barrier makes it again and is still reached in order."""
+    watched, root, heard = source
+    reached: list[int] = []
+    assert watched.sync(lambda: reached.append(1))
+    folder = watched._barrier_dir
+    assert folder is not None
+    (first,) = folder.iterdir()
+    inode = first.stat().st_ino
+    assert watched.sync(lambda: reached.append(2)) and watched.sync(lambda: reached.append(3))
+    (now,) = folder.iterdir()
+    assert (now.name, now.stat().st_ino) == ("b3", inode)
+    now.unlink()
+    assert watched.sync(lambda: reached.append(4)) and watched.sync(lambda: reached.append(5))
+    assert [p.name for p in folder.iterdir()] == ["b5"]
+    assert reached == [1, 2, 3, 4, 5]
+
+
 def test_a_closed_source_says_so_and_runs_nothing(source) -> None:
     watched, root, heard = source
     ran: list[str] = []

@@ -19,7 +19,14 @@ from pathlib import Path
 
 from tests.helpers.trees import HELPERS, subreaper, wait_for  # noqa: F401 - subreaper is a fixture
 from ralph_supervisor.process.linux import ProcStat, read_stat
-from ralph_supervisor.process.orphans import MAX_RECORDED, MARKER_VAR, MemberRecord, new_marker, sweep_orphans
+from ralph_supervisor.process.orphans import (
+    MARKER_VAR,
+    MAX_RECORDED,
+    RECORD_EVERY_S,
+    MemberRecord,
+    new_marker,
+    sweep_orphans,
+)
 from ralph_supervisor.process.reaper import Reaper
 from ralph_supervisor.process.tree import Member, member_of
 from collections.abc import Iterator
@@ -73,13 +80,13 @@ def test_the_record_is_rewritten_only_when_a_member_is_new(tmp_path: Path) -> No
     record = MemberRecord(path, marker="RALPH_SUPERVISE_TREE=abc")
     members = [Member(pid=100 + n, create_time=1_700_000_000.0 + n, name="sleep", ppid=1) for n in range(4)]
 
-    record.record(members[:3])
+    record.record(members[:3], 0.0)
     first = path.stat()
-    record.record(list(members[:3]))
-    record.record(members[:2])
+    record.record(list(members[:3]), 0.0)
+    record.record(members[:2], 0.0)
     assert path.stat().st_ino == first.st_ino and path.stat().st_mtime_ns == first.st_mtime_ns
     assert [row["pid"] for row in json.loads(path.read_text())["members"]] == [100, 101, 102]
-    record.record([members[0], members[1], members[3]])
+    record.record([members[0], members[1], members[3]], 0.0)
 
     document = json.loads(path.read_text())
     assert [row["pid"] for row in document["members"]] == [100, 101, 103]
@@ -88,15 +95,46 @@ def test_the_record_is_rewritten_only_when_a_member_is_new(tmp_path: Path) -> No
     assert [p.name for p in path.parent.iterdir()] == ["tree.json"]  # no temp file left
 
 
+def test_a_recorded_members_new_descendants_wait_for_the_next_write_and_others_do_not(tmp_path: Path) -> None:
+    """A sweep ends the live descendants of recorded members, so the children a loop starts at every call are
+    written only once one is still alive RECORD_EVERY_S after the last write; a new member whose parent is not
+    recorded (the loop itself, an orphan handed to us) is written at once."""
+    path = tmp_path / "tree.json"
+    record = MemberRecord(path)
+    me = os.getpid()
+
+    def member(pid: int, ppid: int) -> Member:
+        return Member(pid=pid, create_time=1_700_000_000.0 + pid, name=f"p{pid}", ppid=ppid)
+
+    def pids() -> list[int]:
+        return [row["pid"] for row in json.loads(path.read_text())["members"]]
+
+    loop = member(200, me)
+    record.record([loop], 10.0)
+    assert pids() == [200]
+    agent, grandchild = member(201, 200), member(202, 201)
+    record.record([loop, agent, grandchild], 10.5)
+    record.record([loop, agent, grandchild], 10.0 + RECORD_EVERY_S - 0.01)
+    assert pids() == [200]
+    orphan = member(300, me)
+    record.record([loop, agent, grandchild, orphan], 11.0)
+    assert pids() == [200, 201, 202, 300]
+    later = member(203, 200)
+    record.record([loop, later], 11.5)
+    assert pids() == [200, 201, 202, 300]
+    record.record([loop, later], 11.0 + RECORD_EVERY_S)
+    assert pids() == [200, 203]
+
+
 def test_the_record_is_bounded(tmp_path: Path) -> None:
     record = MemberRecord(tmp_path / "tree.json")
-    record.record(Member(pid=n, create_time=1_700_000_000.0, name="x", ppid=1) for n in range(MAX_RECORDED + 500))
+    record.record((Member(pid=n, create_time=1_700_000_000.0, name="x", ppid=1) for n in range(MAX_RECORDED + 500)), 0.0)
     assert len(json.loads((tmp_path / "tree.json").read_text())["members"]) == MAX_RECORDED
 
 
 def test_clear_removes_the_record(tmp_path: Path) -> None:
     record = MemberRecord(tmp_path / "tree.json")
-    record.record([Member(pid=5, create_time=1_700_000_000.0, name="x", ppid=1)])
+    record.record([Member(pid=5, create_time=1_700_000_000.0, name="x", ppid=1)], 0.0)
     record.clear()
     record.clear()
     assert not (tmp_path / "tree.json").exists()
@@ -119,7 +157,7 @@ def test_sweep_kills_recorded_members_but_not_a_pid_with_another_start_time(tmp_
     try:
         path = tmp_path / "tree.json"
         impostor = Member(pid=stranger.pid, create_time=stranger_stat.create_time + 3.0, name="sleep", ppid=1)
-        MemberRecord(path).record([member_of(ours_stat), impostor])
+        MemberRecord(path).record([member_of(ours_stat), impostor], 0.0)
 
         assert sweep_orphans(path, grace=0.5) == 1
 
@@ -137,7 +175,7 @@ def test_sweep_of_a_record_from_another_boot_kills_nothing(tmp_path: Path) -> No
     proc, stat = _sleeper()
     try:
         path = tmp_path / "tree.json"
-        MemberRecord(path).record([member_of(stat)])
+        MemberRecord(path).record([member_of(stat)], 0.0)
         document = json.loads(path.read_text())
         document["boot_id"] = "00000000-0000-0000-0000-000000000000"
         path.write_text(json.dumps(document))
@@ -157,7 +195,7 @@ def test_sweep_finds_unrecorded_processes_by_the_marker_in_their_environment(tmp
     unmarked, unmarked_stat = _sleeper({**os.environ, name: value + "-other"})
     try:
         path = tmp_path / "tree.json"
-        MemberRecord(path, marker=marker).record([])
+        MemberRecord(path, marker=marker).record([], 0.0)
 
         assert sweep_orphans(path, grace=0.5) == 1
 
@@ -180,7 +218,7 @@ def test_sweep_never_kills_the_sweeper_or_its_ancestors(tmp_path: Path) -> None:
         "from ralph_supervisor.process.orphans import MemberRecord, sweep_orphans\n"
         "from ralph_supervisor.process.tree import member_of\n"
         "path = Path(sys.argv[1])\n"
-        "MemberRecord(path).record([member_of(read_stat(os.getpid())), member_of(read_stat(os.getppid()))])\n"
+        "MemberRecord(path).record([member_of(read_stat(os.getpid())), member_of(read_stat(os.getppid()))], 0.0)\n"
         "print(sweep_orphans(path, grace=0.2), flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=30)

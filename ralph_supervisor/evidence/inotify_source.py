@@ -6,9 +6,10 @@ schedule walks into `node_modules` and `.git` (and since watchdog 7 silently ski
 cannot watch), and a schedule per folder costs one thread per folder.
 
 Ordering is the point of having one queue. A shim's notice (`watch_calls`) is a file event like the
-agent's own, so the notice is handled before the agent's first write. A barrier is a file created and
-removed in a folder of our own: when the watcher reaches barrier N, every event the kernel queued before
-it was made has been handled, and `then` (a segment's close) runs right there, before any later event.
+agent's own, so the notice is handled before the agent's first write. A barrier is one file of a folder of
+our own renamed to `bN` (created where it is missing): a rename makes and frees no inode, which on a
+filesystem without a journal costs a search past every inode freed in the last half minute. When the watcher
+reaches barrier N, every event the kernel queued before it was made has been handled, and `then` (a segment's close) runs right there, before any later event.
 `sync` waits for a barrier (iteration boundaries); `barrier` does not (a call's end, from any thread).
 
 Limits (ENOSPC, EMFILE, ENFILE, ENOMEM: out of watches or instances) are not handled here: `start` raises
@@ -83,6 +84,8 @@ class InotifySource:
         self._dir_wd: dict[str, int] = {}
         self._barrier_dir: Path | None = None
         self._barrier_wd: int | None = None
+        self._barrier_name: str | None = None
+        """The barrier file's name now (renamed at each barrier); None: there is none to rename."""
         self._calls_wd: int | None = None
         self._sent = 0
         self._seen = 0
@@ -111,7 +114,8 @@ class InotifySource:
             _release(fd, running=False)
             shutil.rmtree(barrier_dir, ignore_errors=True)
             return
-        wd = fd.add_callback(os.fsencode(barrier_dir), C.IN_CREATE | C.IN_ONLYDIR, self._callbacks, 0)  # type: ignore[attr-defined]
+        wd = fd.add_callback(os.fsencode(barrier_dir), C.IN_CREATE | C.IN_MOVED_TO | C.IN_ONLYDIR,
+                             self._callbacks, 0)  # type: ignore[attr-defined]
         with self._cond:
             self._barrier_wd = wd
         for _directory, _entries in self.scope.walk("", self._add_watch):
@@ -183,12 +187,7 @@ class InotifySource:
             target = self._sent
             if then is not None:
                 self._at_barrier[target] = then
-            marker = self._barrier_dir / f"b{target}"
-            try:
-                marker.touch()
-                marker.unlink()
-            except OSError:
-                pass  # a waiter times out and runs `then` itself
+            self._barrier_name = _mark_barrier(self._barrier_dir, self._barrier_name, f"b{target}")
         return target
 
     def sync(self, then: Callable[[], None] | None = None) -> bool:
@@ -369,3 +368,20 @@ class _Callbacks:
 
     def on_events_lost(self) -> None:
         """After every callback's `on_queue_overflow`: the loss is already recorded there."""
+
+
+def _mark_barrier(folder: Path, current: str | None, name: str) -> str | None:
+    """Queue the event of barrier `name`: the barrier file renamed from `current` to `name` (IN_MOVED_TO), or,
+    where that fails (the first barrier, a file a cleaner removed), made anew (IN_CREATE). The file's name now;
+    None when neither worked (a waiter then times out and runs `then` itself)."""
+    if current is not None:
+        try:
+            os.rename(folder / current, folder / name)
+            return name
+        except OSError:
+            pass
+    try:
+        os.close(os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        return None
+    return name

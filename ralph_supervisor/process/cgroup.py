@@ -141,6 +141,8 @@ class LoopCgroup:
         """Why the folder can no longer be used (gone, or read-only), once that is known."""
         self._files: tuple[str, str, str] | None = None
         """Where the figures are read (CPU, memory now, its peak), found at the first read."""
+        self._oom_file: str | None = None
+        """Where the OOM kills are counted (v2's memory.events, v1's memory.oom_control), found at the first read."""
 
     @property
     def paths(self) -> list[Path]:
@@ -288,15 +290,18 @@ class LoopCgroup:
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer has killed in the cgroup so far (`oom_kill` of v2's
         memory.events, or of v1's memory.oom_control)."""
-        v1 = self.v1.get("memory")
-        source = self.path / "memory.events" if "memory" in self.v2_controllers or v1 is None else v1 / "memory.oom_control"
-        try:
-            for line in source.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
+        if self._oom_file is None:
+            v1 = self.v1.get("memory")
+            self._oom_file = str(self.path / "memory.events" if "memory" in self.v2_controllers or v1 is None
+                                 else v1 / "memory.oom_control")
+        text = read_small(self._oom_file)
+        for line in (text or b"").splitlines():
+            key, _, value = line.partition(b" ")
+            if key == b"oom_kill":
+                try:
                     return int(value)
-        except (OSError, ValueError):
-            pass
+                except ValueError:
+                    return 0
         return 0
 
     def freeze(self, timeout: float = FREEZE_WAIT) -> str | None:

@@ -6,7 +6,8 @@ members in the state folder as it sees them, and the next supervisor on that fol
 still alive of them before it spawns anything.
 
 Three nets, because a record is never quite current: (1) recorded members whose pid AND start
-time still match; (2) every live descendant of those (born after the last record); (3) optionally,
+time still match; (2) every live descendant of those (born after the last record, or, being a recorded
+member's child, not written at once: `MemberRecord.record`); (3) optionally,
 every process of ours whose environment carries the tree's marker (`RALPH_SUPERVISE_TREE=<token>`,
 inherited through setsid and double forks), which catches orphans born after the last record
 whose recorded parents are already dead.
@@ -42,6 +43,8 @@ log = structlog.get_logger(__name__)
 MARKER_VAR = "RALPH_SUPERVISE_TREE"
 RECORD_NAME = "tree.json"
 MAX_RECORDED = 4096
+RECORD_EVERY_S = 2.0
+"""A member whose parent is recorded is written once it is still alive this long after the last write."""
 FORMAT_VERSION = 1
 
 
@@ -62,23 +65,39 @@ class MemberRecord:
         self._path = path
         self._marker = marker
         self._written: frozenset[tuple[int, int]] | None = None
+        self._written_at = 0.0
 
     @property
     def path(self) -> Path:
         return self._path
 
-    def record(self, members: Iterable[Member]) -> None:
-        """Replace the record with `members` (the tree as of now). No write when no member is new: a member
-        that left and stays in the record is harmless, since a sweep ends only a process whose pid and start
-        time both match (a call's end, ten a second, then costs no write). At most MAX_RECORDED members
-        (parents first, as scan() orders them)."""
+    def record(self, members: Iterable[Member], now: float) -> None:
+        """Replace the record with `members` (the tree as of now, parents first, as scan() orders them; at most
+        MAX_RECORDED) when it misses one a sweep would not find; `now` is a monotonic time.
+
+        A new member is written at once unless its parent is recorded (or is itself such a member): a sweep ends
+        every live descendant of a recorded member too, so the children a loop starts at every call (its agent,
+        a `sleep`) cost a write only when one is still alive RECORD_EVERY_S after the last write. A member that
+        left costs no write: a sweep ends only a process whose pid and start time both match."""
         rows: list[tuple[int, int, str]] = []
+        keys: set[tuple[int, int]] = set()
+        found: dict[int, tuple[int, int]] = {}
+        written = self._written if self._written is not None else frozenset()
+        uncovered = deferred = False
         for member in members:
-            rows.append((member.pid, create_time_to_ticks(member.create_time), member.name))
+            key = (member.pid, create_time_to_ticks(member.create_time))
+            rows.append((key[0], key[1], member.name))
+            if key not in written:
+                parent = found.get(member.ppid)
+                if parent is not None and (parent in written or parent in keys):
+                    deferred = True
+                else:
+                    uncovered = True
+            keys.add(key)
+            found[member.pid] = key
             if len(rows) >= MAX_RECORDED:
                 break
-        keys = frozenset((pid, ticks) for pid, ticks, _ in rows)
-        if self._written is not None and keys <= self._written:
+        if self._written is not None and not uncovered and not (deferred and now - self._written_at >= RECORD_EVERY_S):
             return
         document = {
             "version": FORMAT_VERSION,
@@ -89,7 +108,7 @@ class MemberRecord:
             "members": [{"pid": pid, "start_ticks": ticks, "name": name} for pid, ticks, name in rows],
         }
         _write_atomically(self._path, json.dumps(document, separators=(",", ":")).encode())
-        self._written = keys
+        self._written, self._written_at = frozenset(keys), now
 
     def clear(self) -> None:
         """The tree is gone by our own hand: nothing to sweep next time."""

@@ -41,6 +41,25 @@ def read_small(path: str | os.PathLike[str], size: int = 4096) -> bytes | None:
         os.close(fd)
 
 
+def read_first(path: str, limit: int) -> bytes | None:
+    """The first `limit` bytes of a kernel's file (all of it when shorter), or None when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        parts: list[bytes] = []
+        left = limit
+        while left > 0 and (part := os.read(fd, left)):
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_start_ticks(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (start time in clock ticks since boot: with the pid, a process's identity),
     or None when there is no such process."""
@@ -65,13 +84,15 @@ def children_of(pid: int) -> list[int] | None:
         return []
     found: list[int] = []
     for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
-                found.extend(int(part) for part in fh.read().split())
-        except FileNotFoundError:
-            if task == str(pid) and not os.path.exists(f"/proc/{pid}/task/{task}/children"):
+        raw = read_small(f"/proc/{pid}/task/{task}/children")
+        if raw is None:
+            if task == str(pid) and os.path.exists(f"/proc/{pid}/task/{task}") \
+                    and not os.path.exists(f"/proc/{pid}/task/{task}/children"):
                 return None
-        except (OSError, ValueError):
+            continue
+        try:
+            found.extend(map(int, raw.split()))
+        except ValueError:
             continue
     return found
 

@@ -154,7 +154,7 @@ class Ticker:
             self.tree_size = size
             self._metrics.tree_size(size)
         try:
-            self._member_record.record([member_of(stat) for stat in stats])
+            self._member_record.record([member_of(stat) for stat in stats], time.monotonic())
         except OSError as exc:
             self._warnings.once("tree_record_failed", error=str(exc))
 

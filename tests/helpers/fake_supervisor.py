@@ -36,7 +36,7 @@ def main(argv: list[str]) -> None:
     while True:
         reaper.reap()
         members = tree.scan()
-        record.record(members)
+        record.record(members, time.monotonic())
         now = [[m.pid, m.name] for m in members]
         if now != last:
             print(json.dumps({"child": child.pid, "members": now}), flush=True)
