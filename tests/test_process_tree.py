@@ -420,3 +420,31 @@ def test_a_calls_family_is_its_wrappers_its_descendants_and_the_readers_of_its_p
     family = call_family(tree, [(14, 140)], leader=10, read_pipes=lambda pid: pipes.get(pid, (set(), None)))
     assert {pid for pid, _ in family} == {12, 13, 14, 15, 16}
     assert call_family(tree, [(14, 999)], leader=10, read_pipes=lambda pid: (set(), None)) == set(), "a recycled pid"
+
+
+def test_a_sample_leaves_out_a_helper_and_what_it_started_without_reading_them() -> None:
+    """A helper kept running (the snapshots' `git cat-file`) is never a member, nor are its children."""
+    import subprocess
+
+    from ralph_supervisor.process.helpers import HELPERS
+    from ralph_supervisor.process.linux import descendant_stats
+
+    helper = HELPERS.popen(["sh", "-c", "sleep 30 & wait"])
+    member = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        def ours() -> list[int]:
+            found = descendant_stats(os.getpid(), HELPERS.__contains__) or []
+            return [s.pid for s in found if s.pid in (helper.pid, member.pid) or s.ppid in (helper.pid, member.pid)]
+
+        wait_for(lambda: len(ours()) == 2, timeout=10, what="the member and its sleep")
+        kept = ours()
+        assert member.pid in kept and helper.pid not in kept
+        assert all(read_stat(pid).ppid != helper.pid for pid in kept)  # type: ignore[union-attr]
+        unfiltered = [s.pid for s in descendant_stats(os.getpid()) or [] if s.ppid == helper.pid]
+        assert len(unfiltered) == 1  # the helper's sleep is there to leave out
+    finally:
+        for proc in (helper, member):
+            subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)], check=False)
+            proc.kill()
+            proc.wait()
+        HELPERS.done(helper.pid)

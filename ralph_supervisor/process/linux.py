@@ -19,7 +19,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -160,8 +160,9 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
-def descendant_stats(root: int) -> list[ProcStat] | None:
-    """The live descendants of `root`, parents first, following children files; None if unsupported."""
+def descendant_stats(root: int, exclude: Callable[[int], bool] | None = None) -> list[ProcStat] | None:
+    """The live descendants of `root`, parents first, following children files; None if unsupported. Those
+    `exclude` names are left out with their descendants, without reading them."""
     found: list[ProcStat] = []
     queue = [root]
     seen = {root}
@@ -172,7 +173,7 @@ def descendant_stats(root: int) -> list[ProcStat] | None:
         if kids is None:
             return None
         for kid in kids:
-            if kid in seen:
+            if kid in seen or (exclude is not None and exclude(kid)):
                 continue
             seen.add(kid)
             stat = read_stat(kid)

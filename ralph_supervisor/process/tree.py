@@ -168,11 +168,9 @@ class ProcessTree:
         where the kernel has no children files. Stop, and a pause by signals, keep using full scans. With a
         cgroup it is also the tick's look at it (`_look`: its figures, the members outside it).
         """
-        stats = descendant_stats(self._root)
+        stats = descendant_stats(self._root, self._exclude)
         if stats is None:
             stats = self._scan_stats()
-        elif any(self._exclude(s.pid) for s in stats):
-            stats = walk(stats, [self._root], self._exclude)
         cgroup = self.freezer
         if cgroup is not None:
             self._look(cgroup, stats)

@@ -100,13 +100,13 @@ class Git:
         self.work_tree = work_tree
         self.filters = tuple(filters)
         """Filter drivers emptied in every command (safe_git): those of a config we do not write."""
-        self._env = git_env(git_dir, work_tree)
+        self.base_env = git_env(git_dir, work_tree)
         """The environment as it was when the store opened: a snapshot runs git four times, and building it
         from os.environ (encoding each of the user's variables) cost more than the rest of a run's setup."""
 
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None, now: float | None = None,
             ok: Sequence[int] = (0,)) -> bytes:
-        env = dated(self._env, index, time.time() if now is None else now)
+        env = dated(self.base_env, index, time.time() if now is None else now)
         command = next((a for a in args if not a.startswith("-") and "=" not in a), args[0])
         if command == "init":  # git refuses GIT_WORK_TREE without a repository to go with it
             del env["GIT_DIR"], env["GIT_WORK_TREE"]

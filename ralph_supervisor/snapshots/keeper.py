@@ -195,6 +195,8 @@ class SnapshotKeeper:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             worker.close(5.0)
+        if self.store is not None:
+            self.store.close()
 
     def idle(self, timeout: float) -> bool:
         """Wait until every requested snapshot is done (tests and benchmarks); False on timeout."""
@@ -369,7 +371,7 @@ def _store_for(settings: Settings) -> tuple[SnapshotStore | None, str | None]:
         return None, "--snapshot-budget is 0"
     try:
         return SnapshotStore(settings.workspace, settings.state_dir, max_file=settings.snapshot_max_file,
-                             skip=settings.snapshot_skip), None
+                             skip=settings.snapshot_skip, keep_git_running=True), None
     except SnapshotError as exc:
         return None, str(exc)
 

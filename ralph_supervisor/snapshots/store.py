@@ -45,6 +45,7 @@ from ralph_supervisor.evidence.ignore import read_text, relative_inside
 from ralph_supervisor.rotating import read_json_lines
 from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, find_git, tree_listing
 from ralph_supervisor.snapshots.info import SnapshotInfo, parse_ref_line, summary
+from ralph_supervisor.snapshots.object_sizes import ObjectSizes
 from ralph_supervisor.snapshots.take import Taker
 
 STORE_DIR = "snapshots"
@@ -136,7 +137,7 @@ class SnapshotStore:
     """The private git repository in `STATE_DIR/snapshots/` (created on first use)."""
 
     def __init__(self, workspace: Path, state_dir: Path, *, max_file: int = 0, git: str | None = None,
-                 skip: Collection[str] | None = None) -> None:
+                 skip: Collection[str] | None = None, keep_git_running: bool = False) -> None:
         self.workspace = Path(workspace).resolve()
         self.state_dir = Path(os.path.abspath(state_dir))
         self.path = self.state_dir / STORE_DIR
@@ -145,7 +146,11 @@ class SnapshotStore:
             raise SnapshotError("no-git", "git is not installed (snapshots need it)")
         self.git = Git(found, self.path, self.workspace)
         """git on the store (its work tree the workspace)."""
-        self._taker = Taker(self.git, self.workspace, max_file=max_file, skip=None if skip is None else frozenset(skip),
+        self.sizes = ObjectSizes(self.git, keep_running=keep_git_running)
+        """Blob sizes for a snapshot's diff, from a git kept running where `keep_git_running` (the supervisor's
+        store, until `close`)."""
+        self._taker = Taker(self.git, self.sizes, self.workspace, max_file=max_file,
+                            skip=None if skip is None else frozenset(skip),
                             state_prefix=relative_inside(self.workspace, self.state_dir) or None)
         self.moved_aside: Path | None = None
         """Where a corrupt store was put, when `open` found one."""
@@ -415,6 +420,7 @@ class SnapshotStore:
                 self.git.run("repack", "-d", "-q")
                 self.git.run("prune-packed", "-q")
                 self.git.run("pack-refs", "--all", "--prune")
+                self.sizes.close()  # a git started after the repack reads the new packs from its start
                 size, loose = _tree_size(self.path)
             dropped = 0
             goal = int(budget * BUDGET_LOW_WATER)
@@ -426,6 +432,7 @@ class SnapshotStore:
                     batch = refs[: max(1, min(len(refs) - KEEP_NEWEST, len(refs) // 10))]
                     self.git.run("update-ref", "--stdin", input=b"".join(b"delete " + r + b"\n" for r in batch))
                     self.git.run("gc", "--prune=now", "-q")
+                    self.sizes.close()
                     dropped += len(batch)
                     size, loose = _tree_size(self.path)
             self._size, self._stored_since, self._takes_since = size, 0, 0
@@ -440,8 +447,13 @@ class SnapshotStore:
         except OSError as exc:
             raise SnapshotError(errno_kind(exc), f"cannot write {TRIPS_FILE}: {exc.strerror or exc}") from None
 
+    def close(self) -> None:
+        """End the git kept running for the store (`keep_git_running`), if any."""
+        self.sizes.close()
+
     def start_over(self) -> Path | None:
         """The store is broken: move it aside and start an empty one. Returns where the old one went."""
+        self.sizes.close()  # its git reads the store that is moved aside
         with self.locked():
             moved = state_files.move_aside(self.path) if os.path.lexists(self.path) else None
             self._checked = False

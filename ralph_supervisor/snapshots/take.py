@@ -9,7 +9,7 @@ is updated (files that change while read are read again, then listed as moved), 
 (commit_object.py) make the snapshot. What is ignored is the watcher's rules, written to the store's `info/exclude`
 by the store.
 
-    taker = Taker(git, workspace, max_file=50_000_000, skip=frozenset({"node_modules"}), state_prefix=None)
+    taker = Taker(git, ObjectSizes(git), workspace, max_file=50_000_000, skip=frozenset({"node_modules"}), state_prefix=None)
     info, stored = taker.take(7, iteration=3, kind="iteration", parent=latest, changed=None, now=time.time())
 """
 
@@ -26,6 +26,7 @@ from ralph_supervisor.evidence.ignore import BOOKKEEPING_NAMES, VENV_MARKER
 from ralph_supervisor.snapshots.commit_object import write_commit
 from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, git_mode_bits, refused_path, tree_listing
 from ralph_supervisor.snapshots.info import LIST_MAX, SKIP_MEASURE_EVERY_S, SnapshotInfo
+from ralph_supervisor.snapshots.object_sizes import ObjectSizes
 
 RETRIES = 2
 """Passes over files that changed while they were read, before they are listed as moved."""
@@ -66,9 +67,10 @@ def _under(path: str, prefixes: Collection[str]) -> bool:
 class Taker:
     """Takes snapshots into a store's index and objects. Only used with the store's lock held (one at a time)."""
 
-    def __init__(self, git: Git, workspace: Path, *, max_file: int, skip: frozenset[str] | None,
-                 state_prefix: str | None) -> None:
+    def __init__(self, git: Git, sizes: ObjectSizes, workspace: Path, *, max_file: int,
+                 skip: frozenset[str] | None, state_prefix: str | None) -> None:
         self._git = git
+        self._sizes = sizes
         self.workspace = workspace
         self.max_file = max_file
         """Files larger than this are listed, not stored (0: no limit)."""
@@ -308,9 +310,7 @@ class Taker:
                 shas.append(new_sha)
                 signs.append(+1)
         if shas and sizes:
-            out = self._git.run("cat-file", "--batch-check=%(objectsize)", input=b"\n".join(shas) + b"\n")
-            for sign, line in zip(signs, out.split()):
-                size_delta += sign * int(line) if line.isdigit() else 0
+            size_delta = sum(sign * size for sign, size in zip(signs, self._sizes.of(shas)))
         return added, modified, deleted, size_delta
 
     def _measure_skipped(self, roots: Sequence[str], now: float) -> dict[str, int]:
