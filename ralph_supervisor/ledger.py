@@ -18,7 +18,7 @@ and the verdict written by hand.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat, takewhile
 
 try:  # operator.py re-exports _operator's functions: importing it would cost a check a fifth of a millisecond
     from _operator import attrgetter, itemgetter
@@ -29,6 +29,7 @@ from ralph_supervisor.signature import error_signature, js_trim, similarity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a check's start-up more than its decision
+    from collections.abc import Iterable, Iterator
     from typing import Any
 
 OUTCOMES = ("success", "failure", "noop")
@@ -91,11 +92,13 @@ class Attempt(Record):
 
 
 _tokens_of = attrgetter("tokens_used")  # read at C speed over a long ledger
+_outcome_of = attrgetter("outcome")
 
 
 class Ledger(Record):
-    """The goal and the attempts: Attempt values, or, for a big ledger read by msgspec, its structs with the
-    same fields (ledger_big.py)."""
+    """The goal and the attempts: a tuple of Attempt values; for a long ledger the AttemptColumns that stand for
+    that tuple (ledger_columns.py); for a big ledger read by msgspec, a tuple of its structs with the same fields
+    (ledger_big.py)."""
 
     goal: str
     attempts: tuple[Attempt, ...]
@@ -105,6 +108,9 @@ class Ledger(Record):
 
     @property
     def tokens_used(self) -> int:
+        total = getattr(self.attempts, "tokens_used", None)  # AttemptColumns keeps the sum its checks made
+        if total is not None:
+            return total
         return sum(map(_tokens_of, self.attempts))
 
 
@@ -321,7 +327,11 @@ def json_type(value: Any) -> str:
 
 
 _OUTCOME_SET = frozenset(OUTCOMES)
-_DICTS, _STRINGS, _INTS, _STRINGS_OR_NULL = frozenset({dict}), frozenset({str}), frozenset({int}), frozenset({str, type(None)})
+_STRINGS, _INTS, _STRINGS_OR_NULL = frozenset({str}), frozenset({int}), frozenset({str, type(None)})
+
+COLUMNS_FROM = 2_000
+"""From this many attempts a ledger that passes the column checks keeps its attempts as those columns
+(ledger_columns.py, an Attempt built when one is read): building them all costs more than that module's import."""
 
 
 def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
@@ -329,24 +339,43 @@ def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
     over all attempts, each pass in C; where any attempt is not plainly well formed, each goes through
     `_attempt`'s careful checks, which accept it or name what is wrong."""
     try:
-        if _DICTS.issuperset(map(type, items)):
-            get = dict.get
-            actions = list(map(get, items, repeat("action")))
-            outcomes = list(map(get, items, repeat("outcome")))
-            errors = list(map(get, items, repeat("error")))
-            tokens = list(map(get, items, repeat("tokensUsed"), repeat(0)))  # null goes the careful way
-            if (
-                _STRINGS.issuperset(map(type, actions))
-                and _OUTCOME_SET.issuperset(outcomes)
-                and _STRINGS_OR_NULL.issuperset(map(type, errors))
-                and _INTS.issuperset(map(type, tokens))
-                and (not tokens or (min(tokens) >= 0 and max(tokens) <= MAX_SAFE_INTEGER))
-            ):
-                rows = zip(actions, outcomes, errors, tokens, map(get, items, repeat("iteration")))
-                return tuple(map(tuple.__new__, repeat(Attempt), rows))
-    except TypeError:  # an outcome that is an array or an object (unhashable)
-        pass
-    return tuple(_attempt(item, index, source) for index, item in enumerate(items))
+        columns = _checked_columns(items)
+    except TypeError:  # an attempt that is not an object, an outcome that is an array or an object (unhashable)
+        columns = None
+    if columns is None:
+        return tuple(_attempt(item, index, source) for index, item in enumerate(items))
+    actions, outcomes, errors, tokens, total = columns
+    if len(items) >= COLUMNS_FROM:
+        from ralph_supervisor.ledger_columns import AttemptColumns
+
+        # read as the tuple of Attempts it stands for
+        return AttemptColumns(actions, outcomes, errors, tokens, items, total)  # type: ignore[return-value]
+    rows = zip(actions, outcomes, errors, tokens, map(dict.get, items, repeat("iteration")))
+    return tuple(map(tuple.__new__, repeat(Attempt), rows))
+
+
+def _checked_columns(items: list[Any]) -> tuple[list[Any], list[Any], list[Any], list[Any], int] | None:
+    """The actions, outcomes, errors and tokens of every attempt, and the tokens' sum, where every attempt is
+    plainly well formed; None where one is not. TypeError where an attempt is not an object (dict.get refuses it)
+    or an outcome is unhashable."""
+    get = dict.get
+    actions = list(map(get, items, repeat("action")))
+    outcomes = list(map(get, items, repeat("outcome")))
+    errors = list(map(get, items, repeat("error")))
+    tokens = list(map(get, items, repeat("tokensUsed"), repeat(0)))  # null goes the careful way
+    if not (
+        _STRINGS.issuperset(map(type, actions))
+        and _OUTCOME_SET.issuperset(outcomes)
+        and _STRINGS_OR_NULL.issuperset(map(type, errors))
+        and _INTS.issuperset(map(type, tokens))
+        and (not tokens or min(tokens) >= 0)
+    ):
+        return None
+    total = sum(tokens)
+    # each is at least 0, so a sum within the limit holds each within it; only a larger sum needs the maximum
+    if total > MAX_SAFE_INTEGER and max(tokens) > MAX_SAFE_INTEGER:
+        return None
+    return actions, outcomes, errors, tokens, total
 
 
 def _attempt(item: Any, index: int, source: str) -> Attempt:
@@ -410,25 +439,37 @@ def dump_ledger(goal: str, attempts: list[dict[str, Any]]) -> str:
 # ── the breaker ────────────────────────────────────────────────────
 
 
+_is_failure = frozenset({"failure"}).__contains__
+
+
 def trailing_failures(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
     """The run of `failure` attempts at the end of the ledger; any other outcome ends it."""
-    start = len(attempts)
-    while start > 0 and attempts[start - 1].outcome == "failure":
-        start -= 1
-    return attempts[start:]
+    run = len(list(takewhile(_is_failure, _from_last(attempts, "outcome"))))
+    return attempts[len(attempts) - run:]
 
 
-def _similar_run(run: tuple[Attempt, ...], threshold: float, key: Any) -> int:
-    """Walk back from the last attempt, counting those whose key text is similar to the LAST one's
-    (never the neighbour's), until the first miss. Texts are computed only as the walk reaches them."""
-    last = key(run[-1])
+def _from_last(attempts: tuple[Attempt, ...], field: str) -> Iterator[Any]:
+    """One field of each attempt, last first, read at C speed: AttemptColumns reads it off its column."""
+    from_columns = getattr(attempts, "from_last", None)
+    return from_columns(field) if from_columns is not None else map(attrgetter(field), reversed(attempts))
+
+
+def _similar_run(texts_from_last: Iterable[str], threshold: float) -> int:
+    """Walk back from the last attempt's text, counting the texts similar to the LAST one (never the
+    neighbour's), until the first miss. `texts_from_last` is lazy: a text is computed only as the walk reaches it."""
+    texts = iter(texts_from_last)
+    last = next(texts)
     count = 0
-    for attempt in reversed(run):
-        if similarity(key(attempt), last) >= threshold:
+    for text in chain((last,), texts):
+        if similarity(text, last) >= threshold:
             count += 1
         else:
             break
     return count
+
+
+def _signature(error: str | None) -> str:
+    return error_signature(error or "")
 
 
 def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Verdict:
@@ -441,7 +482,7 @@ def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Ve
 
     fail_run = trailing_failures(ledger.attempts)
     if fail_run and len(fail_run) >= config.stagnation:
-        same = _similar_run(fail_run, config.similarity_threshold, lambda a: error_signature(a.error or ""))
+        same = _similar_run(map(_signature, _from_last(fail_run, "error")), config.similarity_threshold)
         if same >= config.stagnation:
             last_sig = error_signature(fail_run[-1].error or "")
             return escalate(
@@ -450,7 +491,7 @@ def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Ve
                 "Escalating instead of retrying.",
             )
     if fail_run and len(fail_run) >= config.frustration:
-        same = _similar_run(fail_run, config.similarity_threshold, lambda a: a.action)
+        same = _similar_run(_from_last(fail_run, "action"), config.similarity_threshold)
         if same >= config.frustration:
             return escalate(
                 "frustration",

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from ralph_supervisor import check, ledger, ledger_big
 from ralph_supervisor.ledger import LedgerError, dump_ledger, ledger_from_json, parse_ledger, to_json
+from ralph_supervisor.ledger_columns import AttemptColumns
 from tests.helpers.fuzzing import CHEAP, MEDIUM, json_values
-from tests.test_check_properties import LEDGER_DOCUMENTS, LEDGER_KEYS, VALID_LEDGER
+from tests.test_check_properties import ATTEMPT, LEDGER_DOCUMENTS, LEDGER_KEYS, VALID_LEDGER
 
 # ── flags ──────────────────────────────────────────────────────────
 
@@ -256,6 +257,131 @@ def test_a_big_ledger_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path) 
         path.mkdir()
     with pytest.raises(LedgerError, match=rf"^ledger {path}: cannot read: "):
         check.read_ledger(str(path))
+
+
+# ── a long ledger, kept as columns ─────────────────────────────────
+
+
+def as_columns(items: list[dict[str, Any]]) -> AttemptColumns:
+    """The attempts as the column checks keep a long ledger's."""
+    checked = ledger._checked_columns(items)
+    assert checked is not None
+    actions, outcomes, errors, tokens, total = checked
+    return AttemptColumns(actions, outcomes, errors, tokens, items, total)
+
+
+def one_by_one(items: list[dict[str, Any]]) -> tuple[ledger.Attempt, ...]:
+    """The attempts as the careful checks read them, an Attempt each."""
+    return tuple(ledger._attempt(item, index, "ledger") for index, item in enumerate(items))
+
+
+def with_iteration(item: dict[str, Any], iteration: Any) -> dict[str, Any]:
+    """The attempt with its iteration left out (`...`) or replaced by any JSON value: it is kept as given."""
+    item = {key: value for key, value in item.items() if key != "iteration"}
+    return item if iteration is ... else {**item, "iteration": iteration}
+
+
+def hashed(value: Any) -> int | str:
+    """The value's hash, or that it has none (an iteration kept as an array or object)."""
+    try:
+        return hash(value)
+    except TypeError:
+        return "unhashable"
+
+
+ITEMS = st.lists(st.builds(with_iteration, ATTEMPT, st.just(0) | st.just(...) | json_values(LEDGER_KEYS, 3)),
+                 max_size=12)
+BOUND = st.none() | st.integers(-15, 15)
+
+
+@CHEAP
+@given(items=ITEMS, bounds=st.lists(st.tuples(BOUND, BOUND, st.none() | st.integers(-4, 4).filter(bool)), max_size=6))
+def test_attempt_columns_read_exactly_as_the_tuple_of_attempts_they_stand_for(
+        items: list[dict[str, Any]], bounds: list[tuple[int | None, int | None, int | None]]) -> None:
+    columns, attempts = as_columns(items), one_by_one(items)
+    assert len(columns) == len(attempts) and bool(columns) == bool(attempts)
+    assert columns == attempts and attempts == columns and not columns != attempts
+    assert hashed(columns) == hashed(attempts) and repr(columns) == repr(attempts)
+    assert columns.tokens_used == sum(a.tokens_used for a in attempts)
+    built = [*columns, *reversed(columns)]
+    assert built == [*attempts, *reversed(attempts)] and {type(a) for a in built} <= {ledger.Attempt}
+    for index in range(-len(attempts) - 2, len(attempts) + 2):
+        if -len(attempts) <= index < len(attempts):
+            assert columns[index] == attempts[index] and type(columns[index]) is ledger.Attempt
+        else:
+            with pytest.raises(IndexError):
+                columns[index]
+    for start, stop, step in bounds:
+        part, expected = columns[start:stop:step], attempts[start:stop:step]
+        assert part == expected and list(reversed(part)) == list(reversed(expected)) and len(part) == len(expected)
+        assert part.tokens_used == sum(a.tokens_used for a in expected)
+    for field in ledger.Attempt._fields:
+        assert list(columns.from_last(field)) == [getattr(a, field) for a in reversed(attempts)]
+    for attempt in attempts:
+        assert attempt in columns
+        assert (columns.index(attempt), columns.count(attempt)) == (attempts.index(attempt), attempts.count(attempt))
+    other = ledger.Attempt("not", "noop")
+    assert other not in columns and columns != attempts + (other,) and columns != list(attempts)
+    turned = attempts[1:] + attempts[:1]
+    assert (columns == turned) == (attempts == turned) == (columns == as_columns(items[1:] + items[:1]))
+
+
+def long_ledger(n: int, failing: bool) -> str:
+    attempts = [{"iteration": i, "action": f"try {i % 3}",
+                 "outcome": "failure" if failing or i % 4 else ("success", "noop")[i % 8 // 4],
+                 "error": f"Error: port {i}" if failing or i % 4 else None, "tokensUsed": i} for i in range(n)]
+    return dump_ledger("g", attempts)
+
+
+@pytest.mark.parametrize("failing", [False, True])
+@pytest.mark.parametrize("read", ["text", "jiter"])
+def test_a_long_ledger_is_kept_as_columns_and_decided_shown_and_counted_as_its_attempts_are(
+        monkeypatch: pytest.MonkeyPatch, failing: bool, read: str) -> None:
+    from ralph_supervisor.ledger_daily import record_daily_spend
+    from ralph_supervisor.ledger_inject import PruneConfig, build_injection
+
+    text = long_ledger(ledger.COLUMNS_FROM + 7, failing)
+    if read == "jiter":
+        monkeypatch.setattr(ledger, "MID_LEDGER_BYTES", 0)
+    long = parse_ledger(text.encode() if read == "jiter" else text)
+    assert type(long.attempts) is AttemptColumns
+    one_each = ledger.Ledger("g", one_by_one(json.loads(text)["attempts"]))
+    assert long == one_each and hash(long) == hash(one_each) and repr(long) == repr(one_each)
+    assert long.tokens_used == one_each.tokens_used == sum(range(ledger.COLUMNS_FROM + 7))
+    for config in (ledger.BreakerConfig(), ledger.BreakerConfig(max_iterations=10**6, stagnation=10**6),
+                   ledger.BreakerConfig(max_iterations=10**6, stagnation=10**6, frustration=10**6),
+                   ledger.BreakerConfig(max_iterations=10**6, stagnation=10**6, frustration=10**6, no_progress=10**6,
+                                        token_budget=10)):
+        decided = ledger.check_breaker(long, config)
+        assert decided == ledger.check_breaker(one_each, config)
+    assert ledger.check_breaker(long).trigger == ("stagnation" if failing else "max-iterations")
+    config, prune = ledger.BreakerConfig(), PruneConfig()
+    assert build_injection(long, config, prune) == build_injection(one_each, config, prune)
+    assert record_daily_spend(None, long, "2026-01-02") == record_daily_spend(None, one_each, "2026-01-02")
+
+
+def test_a_short_ledger_keeps_a_tuple_and_a_long_malformed_one_is_named_as_before() -> None:
+    assert type(parse_ledger(long_ledger(ledger.COLUMNS_FROM - 1, False)).attempts) is tuple
+    text = long_ledger(ledger.COLUMNS_FROM + 7, False)
+    for good, bad, error in (
+        ('"tokensUsed": 2001\n', '"tokensUsed": -1\n', "attempts[2001].tokensUsed must be a non-negative integer, got -1"),
+        ('"action": "try 0"', '"action": 0', "attempts[0].action must be a string, got a number"),
+        ('    {\n      "iteration": 2,', '    [],\n    {\n      "iteration": 2,', "attempts[2] must be an object, got an array"),
+    ):
+        assert good in text
+        with pytest.raises(LedgerError) as refused:
+            parse_ledger(text.replace(good, bad, 1))
+        assert str(refused.value) == f"ledger: {error}"
+
+
+@pytest.mark.parametrize("many", [1, ledger.COLUMNS_FROM])
+def test_the_column_checks_hold_each_token_count_not_their_sum_to_javascripts_safe_integers(many: int) -> None:
+    limit = ledger.MAX_SAFE_INTEGER
+    attempts = [{"action": "a", "outcome": "noop", "tokensUsed": limit}] * (many + 2)
+    assert parse_ledger(json.dumps({"goal": "g", "attempts": attempts})).tokens_used == (many + 2) * limit
+    attempts[1] = {"action": "a", "outcome": "noop", "tokensUsed": limit + 1}
+    with pytest.raises(LedgerError, match=rf"^ledger: attempts\[1\]\.tokensUsed is larger than {limit}$"):
+        parse_ledger(json.dumps({"goal": "g", "attempts": attempts}))
 
 
 # ── what the lean path loads ───────────────────────────────────────
