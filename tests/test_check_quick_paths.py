@@ -362,9 +362,10 @@ def test_a_long_ledger_is_kept_as_columns_and_decided_shown_and_counted_as_its_a
 
 def test_a_short_ledger_keeps_a_tuple_and_a_long_malformed_one_is_named_as_before() -> None:
     assert type(parse_ledger(long_ledger(ledger.COLUMNS_FROM - 1, False)).attempts) is tuple
-    text = long_ledger(ledger.COLUMNS_FROM + 7, False)
+    last = ledger.COLUMNS_FROM + 6
+    text = long_ledger(last + 1, False)
     for good, bad, error in (
-        ('"tokensUsed": 2001\n', '"tokensUsed": -1\n', "attempts[2001].tokensUsed must be a non-negative integer, got -1"),
+        (f'"tokensUsed": {last}\n', '"tokensUsed": -1\n', f"attempts[{last}].tokensUsed must be a non-negative integer, got -1"),
         ('"action": "try 0"', '"action": 0', "attempts[0].action must be a string, got a number"),
         ('    {\n      "iteration": 2,', '    [],\n    {\n      "iteration": 2,', "attempts[2] must be an object, got an array"),
     ):
