@@ -185,12 +185,22 @@ class _ScanRules:
         self.memo: dict[str, str] = {}
 
 
-try:
-    from _json import make_scanner as _make_scanner
-except ImportError:  # an interpreter without json's accelerator: json.loads reads every ledger
-    _scan_value = None
-else:
-    _scan_value = _make_scanner(_ScanRules())
+_scanners: list[Any] = []
+
+
+def _scanner() -> Any:
+    """json's C scanner with json.loads' settings, made the first time a ledger is read by it: a check of a ledger
+    that jiter or msgspec reads does not load it (a fifth of a millisecond). None without json's accelerator
+    (json.loads then reads every ledger)."""
+    if not _scanners:
+        try:
+            from _json import make_scanner
+        except ImportError:
+            _scanners.append(None)
+        else:
+            _scanners.append(make_scanner(_ScanRules()))
+    return _scanners[0]
+
 
 _JSON_SPACE = " \t\n\r"
 
@@ -199,12 +209,13 @@ def _quick_json(text: str) -> Any:
     """The value of a JSON document, read by the same C scanner json.loads uses, with the same settings, but
     without importing the json package (whose regular expressions cost a check's start-up more than reading
     a 1,000-attempt ledger). Raises (anything) where json.loads would have something to say."""
-    if _scan_value is None:
+    scan_value = _scanner()
+    if scan_value is None:
         raise ValueError("no C scanner")
     start = 0
     while start < len(text) and text[start] in _JSON_SPACE:
         start += 1
-    value, end = _scan_value(text, start)
+    value, end = scan_value(text, start)
     if text[end:].strip(_JSON_SPACE):
         raise ValueError("extra data")
     return value

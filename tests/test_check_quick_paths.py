@@ -404,3 +404,18 @@ def test_a_check_with_no_failure_run_imports_no_json_re_argparse_typing_or_datac
              "pathlib", "ralph_supervisor.ledger_inject", "ralph_supervisor.ledger_daily", "ralph_supervisor.ledger_big"}
     assert heavy & loaded == set()
     assert {"ralph_supervisor.check", "ralph_supervisor.ledger"} <= loaded
+
+
+def test_a_ledger_read_by_jiter_leaves_jsons_scanner_unloaded(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text(long_ledger(3 * ledger.COLUMNS_FROM, False))
+    assert ledger.MID_LEDGER_BYTES <= path.stat().st_size < ledger.BIG_LEDGER_CHARS
+    root = str(Path(__file__).resolve().parents[1])
+    probe = (
+        f"import sys; sys.path.insert(0, {root!r}); from ralph_supervisor.entry import main; "
+        "main(['check', '-f', sys.argv[1], '--json']); sys.stdout.flush(); print(*sorted(sys.modules), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, timeout=30)
+    assert json.loads(done.stdout)["iterations"] == 3 * ledger.COLUMNS_FROM, done.stderr
+    loaded = set(done.stderr.decode().split())
+    assert {"jiter", "ralph_supervisor.ledger_columns"} <= loaded and "_json" not in loaded
