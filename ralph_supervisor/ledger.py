@@ -96,8 +96,8 @@ _outcome_of = attrgetter("outcome")
 
 
 class Ledger(Record):
-    """The goal and the attempts: a tuple of Attempt values; for a long ledger the AttemptColumns that stand for
-    that tuple (ledger_columns.py); for a big ledger read by msgspec, a tuple of its structs with the same fields
+    """The goal and the attempts: a tuple of Attempt values; for a long ledger the LazyAttempts that stand for
+    that tuple (ledger_lazy.py); for a big ledger read by msgspec, a tuple of its structs with the same fields
     (ledger_big.py)."""
 
     goal: str
@@ -108,7 +108,7 @@ class Ledger(Record):
 
     @property
     def tokens_used(self) -> int:
-        total = getattr(self.attempts, "tokens_used", None)  # AttemptColumns keeps the sum its checks made
+        total = getattr(self.attempts, "tokens_used", None)  # LazyAttempts keeps the sum the checks made
         if total is not None:
             return total
         return sum(map(_tokens_of, self.attempts))
@@ -340,9 +340,9 @@ def json_type(value: Any) -> str:
 _OUTCOME_SET = frozenset(OUTCOMES)
 _STRINGS, _INTS, _STRINGS_OR_NULL = frozenset({str}), frozenset({int}), frozenset({str, type(None)})
 
-COLUMNS_FROM = 1_000
-"""From this many attempts a ledger that passes the column checks keeps its attempts as those columns
-(ledger_columns.py, an Attempt built when one is read): building them all costs more than that module's import
+LAZY_FROM = 1_000
+"""From this many attempts a ledger that passes the quick checks keeps its attempts as the objects they were read as
+(ledger_lazy.py, an Attempt built when one is read): building them all costs more than that module's import
 (0.16 ms; even at about 600 attempts)."""
 
 
@@ -351,34 +351,28 @@ def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
     over all attempts, each pass in C; where any attempt is not plainly well formed, each goes through
     `_attempt`'s careful checks, which accept it or name what is wrong."""
     try:
-        columns = _checked_columns(items)
+        total = _checked_total(items)
     except TypeError:  # an attempt that is not an object, an outcome that is an array or an object (unhashable)
-        columns = None
-    if columns is None:
+        total = None
+    if total is None:
         return tuple(_attempt(item, index, source) for index, item in enumerate(items))
-    actions, outcomes, errors, tokens, total = columns
-    if len(items) >= COLUMNS_FROM:
-        from ralph_supervisor.ledger_columns import AttemptColumns
+    if len(items) >= LAZY_FROM:
+        from ralph_supervisor.ledger_lazy import LazyAttempts
 
-        # read as the tuple of Attempts it stands for
-        return AttemptColumns(actions, outcomes, errors, tokens, items, total)  # type: ignore[return-value]
-    rows = zip(actions, outcomes, errors, tokens, map(dict.get, items, repeat("iteration")))
-    return tuple(map(tuple.__new__, repeat(Attempt), rows))
+        return LazyAttempts(items, total)  # type: ignore[return-value]  # read as the tuple it stands for
+    return tuple(built_attempts(items))
 
 
-def _checked_columns(items: list[Any]) -> tuple[list[Any], list[Any], list[Any], list[Any], int] | None:
-    """The actions, outcomes, errors and tokens of every attempt, and the tokens' sum, where every attempt is
-    plainly well formed; None where one is not. TypeError where an attempt is not an object (dict.get refuses it)
-    or an outcome is unhashable."""
+def _checked_total(items: list[Any]) -> int | None:
+    """The attempts' tokens summed, where every attempt is plainly well formed; None where one is not. TypeError
+    where an attempt is not an object (dict.get refuses it) or an outcome is unhashable. Each field is checked over
+    all attempts in one pass in C, the tokens kept in a list (the minimum and the sum read it)."""
     get = dict.get
-    actions = list(map(get, items, repeat("action")))
-    outcomes = list(map(get, items, repeat("outcome")))
-    errors = list(map(get, items, repeat("error")))
     tokens = list(map(get, items, repeat("tokensUsed"), repeat(0)))  # null goes the careful way
     if not (
-        _STRINGS.issuperset(map(type, actions))
-        and _OUTCOME_SET.issuperset(outcomes)
-        and _STRINGS_OR_NULL.issuperset(map(type, errors))
+        _STRINGS.issuperset(map(type, map(get, items, repeat("action"))))
+        and _OUTCOME_SET.issuperset(map(get, items, repeat("outcome")))
+        and _STRINGS_OR_NULL.issuperset(map(type, map(get, items, repeat("error"))))
         and _INTS.issuperset(map(type, tokens))
         and (not tokens or min(tokens) >= 0)
     ):
@@ -387,7 +381,17 @@ def _checked_columns(items: list[Any]) -> tuple[list[Any], list[Any], list[Any],
     # each is at least 0, so a sum within the limit holds each within it; only a larger sum needs the maximum
     if total > MAX_SAFE_INTEGER and max(tokens) > MAX_SAFE_INTEGER:
         return None
-    return actions, outcomes, errors, tokens, total
+    return total
+
+
+ATTEMPT_KEYS = (("action", None), ("outcome", None), ("error", None), ("tokensUsed", 0), ("iteration", None))
+"""Each Attempt field's JSON key and the value a well-formed attempt that leaves it out has."""
+
+
+def built_attempts(items: list[dict[str, Any]]) -> Iterator[Attempt]:
+    """An Attempt for each plainly well-formed attempt object (`_checked_total`), built at C speed."""
+    fields = [map(dict.get, items, repeat(key), repeat(default)) for key, default in ATTEMPT_KEYS]
+    return map(tuple.__new__, repeat(Attempt), zip(*fields))
 
 
 def _attempt(item: Any, index: int, source: str) -> Attempt:
@@ -461,9 +465,9 @@ def trailing_failures(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
 
 
 def _from_last(attempts: tuple[Attempt, ...], field: str) -> Iterator[Any]:
-    """One field of each attempt, last first, read at C speed: AttemptColumns reads it off its column."""
-    from_columns = getattr(attempts, "from_last", None)
-    return from_columns(field) if from_columns is not None else map(attrgetter(field), reversed(attempts))
+    """One field of each attempt, last first, read at C speed (LazyAttempts reads it from the JSON objects)."""
+    lazy = getattr(attempts, "from_last", None)
+    return lazy(field) if lazy is not None else map(attrgetter(field), reversed(attempts))
 
 
 def _similar_run(texts_from_last: Iterable[str], threshold: float) -> int:
