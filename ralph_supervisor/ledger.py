@@ -18,7 +18,7 @@ and the verdict written by hand.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat, takewhile
 
 try:  # operator.py re-exports _operator's functions: importing it would cost a check a fifth of a millisecond
     from _operator import attrgetter, itemgetter
@@ -29,6 +29,7 @@ from ralph_supervisor.signature import error_signature, js_trim, similarity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs a check's start-up more than its decision
+    from collections.abc import Iterable, Iterator
     from typing import Any
 
 OUTCOMES = ("success", "failure", "noop")
@@ -91,11 +92,13 @@ class Attempt(Record):
 
 
 _tokens_of = attrgetter("tokens_used")  # read at C speed over a long ledger
+_outcome_of = attrgetter("outcome")
 
 
 class Ledger(Record):
-    """The goal and the attempts: Attempt values, or, for a big ledger read by msgspec, its structs with the
-    same fields (ledger_big.py)."""
+    """The goal and the attempts: a tuple of Attempt values; for a long ledger the LazyAttempts that stand for
+    that tuple (ledger_lazy.py); for a big ledger read by msgspec, a tuple of its structs with the same fields
+    (ledger_big.py)."""
 
     goal: str
     attempts: tuple[Attempt, ...]
@@ -105,6 +108,9 @@ class Ledger(Record):
 
     @property
     def tokens_used(self) -> int:
+        total = getattr(self.attempts, "tokens_used", None)  # LazyAttempts keeps the sum the checks made
+        if total is not None:
+            return total
         return sum(map(_tokens_of, self.attempts))
 
 
@@ -179,12 +185,22 @@ class _ScanRules:
         self.memo: dict[str, str] = {}
 
 
-try:
-    from _json import make_scanner as _make_scanner
-except ImportError:  # an interpreter without json's accelerator: json.loads reads every ledger
-    _scan_value = None
-else:
-    _scan_value = _make_scanner(_ScanRules())
+_scanners: list[Any] = []
+
+
+def _scanner() -> Any:
+    """json's C scanner with json.loads' settings, made the first time a ledger is read by it: a check of a ledger
+    that jiter or msgspec reads does not load it (a fifth of a millisecond). None without json's accelerator
+    (json.loads then reads every ledger)."""
+    if not _scanners:
+        try:
+            from _json import make_scanner
+        except ImportError:
+            _scanners.append(None)
+        else:
+            _scanners.append(make_scanner(_ScanRules()))
+    return _scanners[0]
+
 
 _JSON_SPACE = " \t\n\r"
 
@@ -193,12 +209,13 @@ def _quick_json(text: str) -> Any:
     """The value of a JSON document, read by the same C scanner json.loads uses, with the same settings, but
     without importing the json package (whose regular expressions cost a check's start-up more than reading
     a 1,000-attempt ledger). Raises (anything) where json.loads would have something to say."""
-    if _scan_value is None:
+    scan_value = _scanner()
+    if scan_value is None:
         raise ValueError("no C scanner")
     start = 0
     while start < len(text) and text[start] in _JSON_SPACE:
         start += 1
-    value, end = _scan_value(text, start)
+    value, end = scan_value(text, start)
     if text[end:].strip(_JSON_SPACE):
         raise ValueError("extra data")
     return value
@@ -208,9 +225,10 @@ MID_LEDGER_BYTES = 256_000
 """From this size a ledger's bytes are read by jiter where it is installed: quicker than json's scanner by more than
 its import (half a millisecond) costs."""
 
-BIG_LEDGER_CHARS = 4_000_000
+BIG_LEDGER_CHARS = 6_000_000
 """From this size (characters or bytes) on a ledger is read by msgspec where it is installed (ledger_big.py): quicker
-than jiter or json's scanner and the checks here by more than msgspec's import (about 16 ms) costs."""
+than jiter and the checks here by more than msgspec's import (about 17 ms) costs. Measured whole (read, parse,
+decide): at 4 MB jiter's reading took 23.5 ms and msgspec's 30.7, at 6 MB both about 35, at 8 MB 46 and 44."""
 
 
 def parse_ledger(data: str | bytes, source: str = "ledger") -> Ledger:
@@ -321,7 +339,12 @@ def json_type(value: Any) -> str:
 
 
 _OUTCOME_SET = frozenset(OUTCOMES)
-_DICTS, _STRINGS, _INTS, _STRINGS_OR_NULL = frozenset({dict}), frozenset({str}), frozenset({int}), frozenset({str, type(None)})
+_STRINGS, _INTS, _STRINGS_OR_NULL = frozenset({str}), frozenset({int}), frozenset({str, type(None)})
+
+LAZY_FROM = 1_000
+"""From this many attempts a ledger that passes the quick checks keeps its attempts as the objects they were read as
+(ledger_lazy.py, an Attempt built when one is read): building them all costs more than that module's import
+(0.16 ms; even at about 600 attempts)."""
 
 
 def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
@@ -329,24 +352,47 @@ def _attempts(items: list[Any], source: str) -> tuple[Attempt, ...]:
     over all attempts, each pass in C; where any attempt is not plainly well formed, each goes through
     `_attempt`'s careful checks, which accept it or name what is wrong."""
     try:
-        if _DICTS.issuperset(map(type, items)):
-            get = dict.get
-            actions = list(map(get, items, repeat("action")))
-            outcomes = list(map(get, items, repeat("outcome")))
-            errors = list(map(get, items, repeat("error")))
-            tokens = list(map(get, items, repeat("tokensUsed"), repeat(0)))  # null goes the careful way
-            if (
-                _STRINGS.issuperset(map(type, actions))
-                and _OUTCOME_SET.issuperset(outcomes)
-                and _STRINGS_OR_NULL.issuperset(map(type, errors))
-                and _INTS.issuperset(map(type, tokens))
-                and (not tokens or (min(tokens) >= 0 and max(tokens) <= MAX_SAFE_INTEGER))
-            ):
-                rows = zip(actions, outcomes, errors, tokens, map(get, items, repeat("iteration")))
-                return tuple(map(tuple.__new__, repeat(Attempt), rows))
-    except TypeError:  # an outcome that is an array or an object (unhashable)
-        pass
-    return tuple(_attempt(item, index, source) for index, item in enumerate(items))
+        total = _checked_total(items)
+    except TypeError:  # an attempt that is not an object, an outcome that is an array or an object (unhashable)
+        total = None
+    if total is None:
+        return tuple(_attempt(item, index, source) for index, item in enumerate(items))
+    if len(items) >= LAZY_FROM:
+        from ralph_supervisor.ledger_lazy import LazyAttempts
+
+        return LazyAttempts(items, total)  # type: ignore[return-value]  # read as the tuple it stands for
+    return tuple(built_attempts(items))
+
+
+def _checked_total(items: list[Any]) -> int | None:
+    """The attempts' tokens summed, where every attempt is plainly well formed; None where one is not. TypeError
+    where an attempt is not an object (dict.get refuses it) or an outcome is unhashable. Each field is checked over
+    all attempts in one pass in C, the tokens kept in a list (the minimum and the sum read it)."""
+    get = dict.get
+    tokens = list(map(get, items, repeat("tokensUsed"), repeat(0)))  # null goes the careful way
+    if not (
+        _STRINGS.issuperset(map(type, map(get, items, repeat("action"))))
+        and _OUTCOME_SET.issuperset(map(get, items, repeat("outcome")))
+        and _STRINGS_OR_NULL.issuperset(map(type, map(get, items, repeat("error"))))
+        and _INTS.issuperset(map(type, tokens))
+        and (not tokens or min(tokens) >= 0)
+    ):
+        return None
+    total = sum(tokens)
+    # each is at least 0, so a sum within the limit holds each within it; only a larger sum needs the maximum
+    if total > MAX_SAFE_INTEGER and max(tokens) > MAX_SAFE_INTEGER:
+        return None
+    return total
+
+
+ATTEMPT_KEYS = (("action", None), ("outcome", None), ("error", None), ("tokensUsed", 0), ("iteration", None))
+"""Each Attempt field's JSON key and the value a well-formed attempt that leaves it out has."""
+
+
+def built_attempts(items: list[dict[str, Any]]) -> Iterator[Attempt]:
+    """An Attempt for each plainly well-formed attempt object (`_checked_total`), built at C speed."""
+    fields = [map(dict.get, items, repeat(key), repeat(default)) for key, default in ATTEMPT_KEYS]
+    return map(tuple.__new__, repeat(Attempt), zip(*fields))
 
 
 def _attempt(item: Any, index: int, source: str) -> Attempt:
@@ -410,25 +456,37 @@ def dump_ledger(goal: str, attempts: list[dict[str, Any]]) -> str:
 # ── the breaker ────────────────────────────────────────────────────
 
 
+_is_failure = frozenset({"failure"}).__contains__
+
+
 def trailing_failures(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
     """The run of `failure` attempts at the end of the ledger; any other outcome ends it."""
-    start = len(attempts)
-    while start > 0 and attempts[start - 1].outcome == "failure":
-        start -= 1
-    return attempts[start:]
+    run = len(list(takewhile(_is_failure, _from_last(attempts, "outcome"))))
+    return attempts[len(attempts) - run:]
 
 
-def _similar_run(run: tuple[Attempt, ...], threshold: float, key: Any) -> int:
-    """Walk back from the last attempt, counting those whose key text is similar to the LAST one's
-    (never the neighbour's), until the first miss. Texts are computed only as the walk reaches them."""
-    last = key(run[-1])
+def _from_last(attempts: tuple[Attempt, ...], field: str) -> Iterator[Any]:
+    """One field of each attempt, last first, read at C speed (LazyAttempts reads it from the JSON objects)."""
+    lazy = getattr(attempts, "from_last", None)
+    return lazy(field) if lazy is not None else map(attrgetter(field), reversed(attempts))
+
+
+def _similar_run(texts_from_last: Iterable[str], threshold: float) -> int:
+    """Walk back from the last attempt's text, counting the texts similar to the LAST one (never the
+    neighbour's), until the first miss. `texts_from_last` is lazy: a text is computed only as the walk reaches it."""
+    texts = iter(texts_from_last)
+    last = next(texts)
     count = 0
-    for attempt in reversed(run):
-        if similarity(key(attempt), last) >= threshold:
+    for text in chain((last,), texts):
+        if similarity(text, last) >= threshold:
             count += 1
         else:
             break
     return count
+
+
+def _signature(error: str | None) -> str:
+    return error_signature(error or "")
 
 
 def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Verdict:
@@ -441,7 +499,7 @@ def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Ve
 
     fail_run = trailing_failures(ledger.attempts)
     if fail_run and len(fail_run) >= config.stagnation:
-        same = _similar_run(fail_run, config.similarity_threshold, lambda a: error_signature(a.error or ""))
+        same = _similar_run(map(_signature, _from_last(fail_run, "error")), config.similarity_threshold)
         if same >= config.stagnation:
             last_sig = error_signature(fail_run[-1].error or "")
             return escalate(
@@ -450,7 +508,7 @@ def check_breaker(ledger: Ledger, config: BreakerConfig = BreakerConfig()) -> Ve
                 "Escalating instead of retrying.",
             )
     if fail_run and len(fail_run) >= config.frustration:
-        same = _similar_run(fail_run, config.similarity_threshold, lambda a: a.action)
+        same = _similar_run(_from_last(fail_run, "action"), config.similarity_threshold)
         if same >= config.frustration:
             return escalate(
                 "frustration",

@@ -325,7 +325,7 @@ def main() -> int:
         "",
         f"Machine: {machine}; load average {load_start:.1f} at the start, {load[0]:.1f} at the end (the machine was shared).",
         "Ours: `ralph-supervise check` of a regular install (a virtual environment of its own, with jiter, which "
-        "reads a ledger of 256 KB to 4 MB, and msgspec, which reads a bigger one), whole process.",
+        "reads a ledger of 256 KB to 6 MB, and msgspec, which reads a bigger one), whole process.",
         f"Mode: {'quick' if args.quick else 'full'}; each cell is the median of {runs} runs (the fastest and the "
         "slowest in brackets), ours and loop-context taking turns. Baseline: "
         + (f"`node {Path(lc).name}` of @cobusgreyling/loop-context 1.5.0 run directly (no npx start-up)" if lc else "n/a (loop-context not installed)")

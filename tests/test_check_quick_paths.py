@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from ralph_supervisor import check, ledger, ledger_big
 from ralph_supervisor.ledger import LedgerError, dump_ledger, ledger_from_json, parse_ledger, to_json
+from ralph_supervisor.ledger_lazy import LazyAttempts
 from tests.helpers.fuzzing import CHEAP, MEDIUM, json_values
-from tests.test_check_properties import LEDGER_DOCUMENTS, LEDGER_KEYS, VALID_LEDGER
+from tests.test_check_properties import ATTEMPT, LEDGER_DOCUMENTS, LEDGER_KEYS, VALID_LEDGER
 
 # ── flags ──────────────────────────────────────────────────────────
 
@@ -258,6 +259,133 @@ def test_a_big_ledger_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path) 
         check.read_ledger(str(path))
 
 
+# ── a long ledger, kept as read ────────────────────────────────────
+
+
+def as_lazy(items: list[dict[str, Any]]) -> LazyAttempts:
+    """The attempts as the quick checks keep a long ledger's."""
+    total = ledger._checked_total(items)
+    assert total is not None
+    return LazyAttempts(items, total)
+
+
+def one_by_one(items: list[dict[str, Any]]) -> tuple[ledger.Attempt, ...]:
+    """The attempts as the careful checks read them, an Attempt each."""
+    return tuple(ledger._attempt(item, index, "ledger") for index, item in enumerate(items))
+
+
+def reshaped(item: dict[str, Any], iteration: Any, tokens_left_out: bool) -> dict[str, Any]:
+    """The attempt with its iteration left out (`...`) or replaced by any JSON value (it is kept as given), and
+    perhaps its tokensUsed left out (0 then)."""
+    left_out = {"iteration", "tokensUsed"} if tokens_left_out else {"iteration"}
+    item = {key: value for key, value in item.items() if key not in left_out}
+    return item if iteration is ... else {**item, "iteration": iteration}
+
+
+def hashed(value: Any) -> int | str:
+    """The value's hash, or that it has none (an iteration kept as an array or object)."""
+    try:
+        return hash(value)
+    except TypeError:
+        return "unhashable"
+
+
+ITEMS = st.lists(st.builds(reshaped, ATTEMPT, st.just(0) | st.just(...) | json_values(LEDGER_KEYS, 3), st.booleans()),
+                 max_size=12)
+BOUND = st.none() | st.integers(-15, 15)
+
+
+@CHEAP
+@given(items=ITEMS, bounds=st.lists(st.tuples(BOUND, BOUND, st.none() | st.integers(-4, 4).filter(bool)), max_size=6))
+def test_lazy_attempts_read_exactly_as_the_tuple_of_attempts_they_stand_for(
+        items: list[dict[str, Any]], bounds: list[tuple[int | None, int | None, int | None]]) -> None:
+    lazy, attempts = as_lazy(items), one_by_one(items)
+    assert len(lazy) == len(attempts) and bool(lazy) == bool(attempts)
+    assert lazy == attempts and attempts == lazy and not lazy != attempts
+    assert hashed(lazy) == hashed(attempts) and repr(lazy) == repr(attempts)
+    assert lazy.tokens_used == sum(a.tokens_used for a in attempts)
+    built = [*lazy, *reversed(lazy)]
+    assert built == [*attempts, *reversed(attempts)] and {type(a) for a in built} <= {ledger.Attempt}
+    for index in range(-len(attempts) - 2, len(attempts) + 2):
+        if -len(attempts) <= index < len(attempts):
+            assert lazy[index] == attempts[index] and type(lazy[index]) is ledger.Attempt
+        else:
+            with pytest.raises(IndexError):
+                lazy[index]
+    for start, stop, step in bounds:
+        part, expected = lazy[start:stop:step], attempts[start:stop:step]
+        assert part == expected and list(reversed(part)) == list(reversed(expected)) and len(part) == len(expected)
+        assert part.tokens_used == sum(a.tokens_used for a in expected)
+    for field in ledger.Attempt._fields:
+        assert list(lazy.from_last(field)) == [getattr(a, field) for a in reversed(attempts)]
+    for attempt in attempts:
+        assert attempt in lazy
+        assert (lazy.index(attempt), lazy.count(attempt)) == (attempts.index(attempt), attempts.count(attempt))
+    other = ledger.Attempt("not", "noop")
+    assert other not in lazy and lazy != attempts + (other,) and lazy != list(attempts)
+    turned = attempts[1:] + attempts[:1]
+    assert (lazy == turned) == (attempts == turned) == (lazy == as_lazy(items[1:] + items[:1]))
+
+
+def long_ledger(n: int, failing: bool) -> str:
+    attempts = [{"iteration": i, "action": f"try {i % 3}",
+                 "outcome": "failure" if failing or i % 4 else ("success", "noop")[i % 8 // 4],
+                 "error": f"Error: port {i}" if failing or i % 4 else None, "tokensUsed": i} for i in range(n)]
+    return dump_ledger("g", attempts)
+
+
+@pytest.mark.parametrize("failing", [False, True])
+@pytest.mark.parametrize("read", ["text", "jiter"])
+def test_a_long_ledger_is_kept_as_read_and_decided_shown_and_counted_as_its_attempts_are(
+        monkeypatch: pytest.MonkeyPatch, failing: bool, read: str) -> None:
+    from ralph_supervisor.ledger_daily import record_daily_spend
+    from ralph_supervisor.ledger_inject import PruneConfig, build_injection
+
+    text = long_ledger(ledger.LAZY_FROM + 7, failing)
+    if read == "jiter":
+        monkeypatch.setattr(ledger, "MID_LEDGER_BYTES", 0)
+    long = parse_ledger(text.encode() if read == "jiter" else text)
+    assert type(long.attempts) is LazyAttempts
+    one_each = ledger.Ledger("g", one_by_one(json.loads(text)["attempts"]))
+    assert long == one_each and hash(long) == hash(one_each) and repr(long) == repr(one_each)
+    assert long.tokens_used == one_each.tokens_used == sum(range(ledger.LAZY_FROM + 7))
+    for config in (ledger.BreakerConfig(), ledger.BreakerConfig(max_iterations=10**6, stagnation=10**6),
+                   ledger.BreakerConfig(max_iterations=10**6, stagnation=10**6, frustration=10**6),
+                   ledger.BreakerConfig(max_iterations=10**6, stagnation=10**6, frustration=10**6, no_progress=10**6,
+                                        token_budget=10)):
+        decided = ledger.check_breaker(long, config)
+        assert decided == ledger.check_breaker(one_each, config)
+    assert ledger.check_breaker(long).trigger == ("stagnation" if failing else "max-iterations")
+    config, prune = ledger.BreakerConfig(), PruneConfig()
+    assert build_injection(long, config, prune) == build_injection(one_each, config, prune)
+    assert record_daily_spend(None, long, "2026-01-02") == record_daily_spend(None, one_each, "2026-01-02")
+
+
+def test_a_short_ledger_keeps_a_tuple_and_a_long_malformed_one_is_named_as_before() -> None:
+    assert type(parse_ledger(long_ledger(ledger.LAZY_FROM - 1, False)).attempts) is tuple
+    last = ledger.LAZY_FROM + 6
+    text = long_ledger(last + 1, False)
+    for good, bad, error in (
+        (f'"tokensUsed": {last}\n', '"tokensUsed": -1\n', f"attempts[{last}].tokensUsed must be a non-negative integer, got -1"),
+        ('"action": "try 0"', '"action": 0', "attempts[0].action must be a string, got a number"),
+        ('    {\n      "iteration": 2,', '    [],\n    {\n      "iteration": 2,', "attempts[2] must be an object, got an array"),
+    ):
+        assert good in text
+        with pytest.raises(LedgerError) as refused:
+            parse_ledger(text.replace(good, bad, 1))
+        assert str(refused.value) == f"ledger: {error}"
+
+
+@pytest.mark.parametrize("many", [1, ledger.LAZY_FROM])
+def test_the_quick_checks_hold_each_token_count_not_their_sum_to_javascripts_safe_integers(many: int) -> None:
+    limit = ledger.MAX_SAFE_INTEGER
+    attempts = [{"action": "a", "outcome": "noop", "tokensUsed": limit}] * (many + 2)
+    assert parse_ledger(json.dumps({"goal": "g", "attempts": attempts})).tokens_used == (many + 2) * limit
+    attempts[1] = {"action": "a", "outcome": "noop", "tokensUsed": limit + 1}
+    with pytest.raises(LedgerError, match=rf"^ledger: attempts\[1\]\.tokensUsed is larger than {limit}$"):
+        parse_ledger(json.dumps({"goal": "g", "attempts": attempts}))
+
+
 # ── what the lean path loads ───────────────────────────────────────
 
 
@@ -277,3 +405,18 @@ def test_a_check_with_no_failure_run_imports_no_json_re_argparse_typing_or_datac
              "pathlib", "ralph_supervisor.ledger_inject", "ralph_supervisor.ledger_daily", "ralph_supervisor.ledger_big"}
     assert heavy & loaded == set()
     assert {"ralph_supervisor.check", "ralph_supervisor.ledger"} <= loaded
+
+
+def test_a_ledger_read_by_jiter_leaves_jsons_scanner_unloaded(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text(long_ledger(3 * ledger.LAZY_FROM, False))
+    assert ledger.MID_LEDGER_BYTES <= path.stat().st_size < ledger.BIG_LEDGER_CHARS
+    root = str(Path(__file__).resolve().parents[1])
+    probe = (
+        f"import sys; sys.path.insert(0, {root!r}); from ralph_supervisor.entry import main; "
+        "main(['check', '-f', sys.argv[1], '--json']); sys.stdout.flush(); print(*sorted(sys.modules), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, timeout=30)
+    assert json.loads(done.stdout)["iterations"] == 3 * ledger.LAZY_FROM, done.stderr
+    loaded = set(done.stderr.decode().split())
+    assert {"jiter", "ralph_supervisor.ledger_lazy"} <= loaded and "_json" not in loaded
