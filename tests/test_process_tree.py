@@ -7,6 +7,7 @@ so the tree is "every live descendant of this pytest process".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -448,3 +449,41 @@ def test_a_sample_leaves_out_a_helper_and_what_it_started_without_reading_them()
             proc.kill()
             proc.wait()
         HELPERS.done(helper.pid)
+
+
+def test_own_children_are_the_main_threads_with_the_orphans_handed_to_us_not_another_threads(subreaper) -> None:
+    """The loop is started from the main thread and orphans go to a subreaper's first live thread, the main
+    one: a child another thread started (a helper) is not among them, though the full reading lists it."""
+    import subprocess
+
+    from ralph_supervisor.process.procfs import children_of, own_children
+
+    from_main = subprocess.Popen(["sleep", "30"])
+    orphaner = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!"], stdout=subprocess.PIPE)
+    assert orphaner.stdout is not None
+    orphan = int(orphaner.stdout.readline())
+    orphaner.wait()
+    started: list[subprocess.Popen[bytes]] = []
+    checked = threading.Event()
+
+    def start_and_stay() -> None:  # a thread that ends hands its children to the main one
+        started.append(subprocess.Popen(["sleep", "30"]))
+        checked.wait(30)
+
+    worker = threading.Thread(target=start_and_stay)
+    worker.start()
+    try:
+        wait_for(lambda: bool(started), timeout=10, what="the other thread's child")
+        (from_thread,) = started
+        wait_for(lambda: orphan in (own_children() or []), timeout=10, what="the orphan handed to us")
+        mine = own_children() or []
+        assert from_main.pid in mine and orphan in mine and from_thread.pid not in mine
+        assert from_thread.pid in (children_of(os.getpid()) or [])
+    finally:
+        checked.set()
+        worker.join()
+        for pid in (from_main.pid, orphan, *(p.pid for p in started)):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for proc in (from_main, *started):
+            proc.wait()

@@ -28,6 +28,7 @@ import structlog
 from ralph_supervisor.process.procfs import (  # noqa: F401 - the tree's readers import them from here too
     boot_id,
     children_of,
+    own_children,
     read_raw_stat,
     read_start_ticks,
 )
@@ -168,7 +169,8 @@ def descendant_stats(root: int, exclude: Callable[[int], bool] | None = None) ->
     seen = {root}
     index = 0
     while index < len(queue):
-        kids = children_of(queue[index])
+        pid = queue[index]
+        kids = own_children() if pid == root == os.getpid() else children_of(pid)
         index += 1
         if kids is None:
             return None

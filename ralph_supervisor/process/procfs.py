@@ -97,6 +97,21 @@ def children_of(pid: int) -> list[int] | None:
     return found
 
 
+def own_children() -> list[int] | None:
+    """This process's children that may be the loop's: those of its main thread. The loop is started from the
+    main thread (process/spawn.py), and an orphan handed to a subreaper goes to its first live thread, the main
+    one, as do the children of a thread that ends; a child of another thread is a helper (git from the snapshots'
+    thread). One read instead of one a thread. None where the kernel lacks the file."""
+    pid = os.getpid()
+    raw = read_small(f"/proc/{pid}/task/{pid}/children")
+    if raw is None:
+        return children_of(pid)
+    try:
+        return list(map(int, raw.split()))
+    except ValueError:
+        return children_of(pid)
+
+
 _boot_id: str | None = None
 
 
