@@ -161,10 +161,13 @@ class Timing:
 def timed(cmds: list[tuple[list[str], dict[str, str] | None]], runs: int, cwd: Path) -> list[Timing]:
     """`runs` whole-process runs of each command (argv, environment).
 
-    The commands take turns within each round, so a busy moment on a shared machine hits both alike."""
+    The commands take turns within each round, so a busy moment on a shared machine hits both alike, and every
+    other round in the other order: a process started right after another one runs measurably slower here (its
+    page faults and caches), which a fixed order would always charge to the same command."""
     timings = [Timing() for _ in cmds]
-    for _ in range(runs):
-        for timing, (cmd, env) in zip(timings, cmds):
+    for number in range(runs):
+        turns = list(zip(timings, cmds))
+        for timing, (cmd, env) in (turns if number % 2 == 0 else turns[::-1]):
             used = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, cwd=cwd, timeout=900, env=env)
@@ -212,7 +215,7 @@ def main() -> int:
             sizes = sorted({int(n) for n in args.sizes.split(",")})
         except ValueError:
             ap.error(f"--sizes: expected numbers separated by commas, got {args.sizes!r}")
-    runs = args.runs or (3 if args.quick else 11)
+    runs = args.runs or (4 if args.quick else 12)
     side_n = 10000 if 10000 in sizes else sizes[-1]
     node = shutil.which("node")
     lc = find_loop_context(args.loop_context, install=not args.no_install) if node else None
@@ -327,7 +330,7 @@ def main() -> int:
         "Ours: `ralph-supervise check` of a regular install (a virtual environment of its own, with jiter, which "
         "reads a ledger of 256 KB to 6 MB, and msgspec, which reads a bigger one), whole process.",
         f"Mode: {'quick' if args.quick else 'full'}; each cell is the median of {runs} runs (the fastest and the "
-        "slowest in brackets), ours and loop-context taking turns. Baseline: "
+        "slowest in brackets), ours and loop-context taking turns, the one to go first changing every round. Baseline: "
         + (f"`node {Path(lc).name}` of @cobusgreyling/loop-context 1.5.0 run directly (no npx start-up)" if lc else "n/a (loop-context not installed)")
         + ".",
         "Like for like, neither side does the start-up work this machine adds for its network: node runs without "
