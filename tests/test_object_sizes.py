@@ -61,34 +61,35 @@ def test_one_git_answers_every_question_like_a_git_of_its_own_and_ends_on_close(
         os.waitpid(pid, os.WNOHANG)  # waited for: no zombie of it is left
 
 
-def test_a_git_that_died_is_replaced_and_the_answer_still_comes(store) -> None:
+def _answering(store: tuple[Git, dict[bytes, int]]) -> tuple[ObjectSizes, list[bytes], list[int], int]:
+    """A running git that has answered once: the sizes, the questions, their answers and its pid."""
     git, blobs = store
     sizes = ObjectSizes(git, keep_running=True)
-    shas = list(blobs)
-    assert sizes.of(shas) == list(blobs.values())
-    first = sizes.pid
-    assert first is not None
+    shas, expected = list(blobs), list(blobs.values())
+    assert sizes.of(shas) == expected
+    pid = sizes.pid
+    assert pid is not None
+    return sizes, shas, expected, pid
+
+
+def test_a_git_that_died_is_replaced_and_the_answer_still_comes(store) -> None:
+    sizes, shas, expected, first = _answering(store)
     os.kill(first, signal.SIGKILL)
-    assert sizes.of(shas) == list(blobs.values())  # a git of its own answered; the dead one was waited for
+    assert sizes.of(shas) == expected  # a git of its own answered; the dead one was waited for
     assert first not in HELPERS
-    assert sizes.of(shas) == list(blobs.values())
+    assert sizes.of(shas) == expected
     assert sizes.pid not in (None, first)
     sizes.close()
 
 
 def test_a_git_that_hangs_is_killed_after_the_wait_and_a_git_of_its_own_answers(
         store, monkeypatch: pytest.MonkeyPatch) -> None:
-    git, blobs = store
     monkeypatch.setattr(object_sizes, "ANSWER_WAIT_S", 0.5)
-    sizes = ObjectSizes(git, keep_running=True)
-    shas = list(blobs)
-    assert sizes.of(shas) == list(blobs.values())
-    hung = sizes.pid
-    assert hung is not None
+    sizes, shas, expected, hung = _answering(store)
     os.kill(hung, signal.SIGSTOP)
     try:
         began = time.monotonic()
-        assert sizes.of(shas) == list(blobs.values())
+        assert sizes.of(shas) == expected
         assert 0.5 <= time.monotonic() - began < 5.0
         assert sizes.pid is None and hung not in HELPERS and not _alive(hung)
     finally:
