@@ -61,3 +61,14 @@ def test_an_unreaped_child_s_wait_status_is_read_from_its_stat() -> None:
     finally:
         child.wait()
     assert zombie_wait_status(child.pid, ticks) is None
+
+
+def test_read_small_reads_a_file_whole_or_its_first_bytes_and_none_when_it_cannot(tmp_path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10_000)
+    assert procfs.read_small(path) == b"x" * 10_000  # more than one read's worth
+    assert procfs.read_small(path, limit=5_000) == b"x" * 5_000
+    assert procfs.read_small(path, limit=4_096) == b"x" * 4_096
+    path.write_bytes(b"ab")
+    assert procfs.read_small(path, limit=10) == b"ab" and procfs.read_small(path) == b"ab"
+    assert procfs.read_small(tmp_path / "missing") is None

@@ -18,7 +18,7 @@ from ralph_supervisor.agents import ADAPTERS
 from ralph_supervisor.agents.recognize import SHELLS, Known, Recognised, known, recognise, script_operand, stem
 from ralph_supervisor.evidence.shims import Notice
 from ralph_supervisor.process.linux import ProcStat
-from ralph_supervisor.process.procfs import read_first
+from ralph_supervisor.process.procfs import read_small
 
 IDENTITY_CACHE = 4096
 CMDLINE_BYTES = 65536
@@ -66,7 +66,7 @@ class Identities:
 def cmdline_of(pid: int) -> tuple[tuple[str, ...], bool] | None:
     """A process's arguments, empty ones kept, and whether they were read whole (the first 64 KiB: a command
     line of any size is read, never walked whole); None when it is gone."""
-    raw = read_first(f"/proc/{pid}/cmdline", CMDLINE_BYTES)
+    raw = read_small(f"/proc/{pid}/cmdline", limit=CMDLINE_BYTES)
     if not raw:
         return None
     whole = len(raw) < CMDLINE_BYTES

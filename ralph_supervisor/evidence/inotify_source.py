@@ -9,7 +9,8 @@ Ordering is the point of having one queue. A shim's notice (`watch_calls`) is a 
 agent's own, so the notice is handled before the agent's first write. A barrier is one file of a folder of
 our own renamed to `bN` (created where it is missing): a rename makes and frees no inode, which on a
 filesystem without a journal costs a search past every inode freed in the last half minute. When the watcher
-reaches barrier N, every event the kernel queued before it was made has been handled, and `then` (a segment's close) runs right there, before any later event.
+reaches barrier N, every event the kernel queued before it was made has been handled, and `then` (a segment's
+close) runs right there, before any later event.
 `sync` waits for a barrier (iteration boundaries); `barrier` does not (a call's end, from any thread).
 
 Limits (ENOSPC, EMFILE, ENFILE, ENOMEM: out of watches or instances) are not handled here: `start` raises

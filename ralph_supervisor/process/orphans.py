@@ -97,7 +97,8 @@ class MemberRecord:
             found[member.pid] = key
             if len(rows) >= MAX_RECORDED:
                 break
-        if self._written is not None and not uncovered and not (deferred and now - self._written_at >= RECORD_EVERY_S):
+        due = uncovered or (deferred and now - self._written_at >= RECORD_EVERY_S)
+        if self._written is not None and not due:
             return
         document = {
             "version": FORMAT_VERSION,

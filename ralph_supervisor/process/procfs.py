@@ -20,39 +20,26 @@ def read_raw_stat(pid: int) -> bytes | None:
     return read_small(f"/proc/{pid}/stat")
 
 
-def read_small(path: str | os.PathLike[str], size: int = 4096) -> bytes | None:
-    """A small file of the kernel's (/proc, a cgroup's), whole, or None when it cannot be read. One read when it
-    fits in `size`: os.open/os.read cost about half of a Python file object, and scans read hundreds of these."""
+def read_small(path: str | os.PathLike[str], size: int = 4096, *, limit: int | None = None) -> bytes | None:
+    """A small file of the kernel's (/proc, a cgroup's), whole or its first `limit` bytes, or None when it cannot
+    be read. One read when it fits in `size`: os.open/os.read cost about half of a Python file object, and scans
+    read hundreds of these."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        data = os.read(fd, size)
-        if len(data) == size:  # more than one read's worth
-            parts = [data]
-            while part := os.read(fd, size):
-                parts.append(part)
-            data = b"".join(parts)
-        return data
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def read_first(path: str, limit: int) -> bytes | None:
-    """The first `limit` bytes of a kernel's file (all of it when shorter), or None when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        parts: list[bytes] = []
-        left = limit
-        while left > 0 and (part := os.read(fd, left)):
+        chunk = size if limit is None else min(size, limit)
+        data = os.read(fd, chunk)
+        if len(data) < chunk:  # all of it in one read
+            return data
+        parts, got = [data], len(data)
+        while limit is None or got < limit:
+            part = os.read(fd, size if limit is None else min(size, limit - got))
+            if not part:
+                break
             parts.append(part)
-            left -= len(part)
+            got += len(part)
         return b"".join(parts)
     except OSError:
         return None
@@ -90,10 +77,7 @@ def children_of(pid: int) -> list[int] | None:
                     and not os.path.exists(f"/proc/{pid}/task/{task}/children"):
                 return None
             continue
-        try:
-            found.extend(map(int, raw.split()))
-        except ValueError:
-            continue
+        found.extend(_pids(raw) or ())
     return found
 
 
@@ -104,12 +88,16 @@ def own_children() -> list[int] | None:
     thread). One read instead of one a thread. None where the kernel lacks the file."""
     pid = os.getpid()
     raw = read_small(f"/proc/{pid}/task/{pid}/children")
-    if raw is None:
-        return children_of(pid)
+    pids = _pids(raw) if raw is not None else None
+    return pids if pids is not None else children_of(pid)
+
+
+def _pids(raw: bytes) -> list[int] | None:
+    """The pids of a children file; None where it holds anything else."""
     try:
         return list(map(int, raw.split()))
     except ValueError:
-        return children_of(pid)
+        return None
 
 
 _boot_id: str | None = None

@@ -9,7 +9,8 @@ is updated (files that change while read are read again, then listed as moved), 
 (commit_object.py) make the snapshot. What is ignored is the watcher's rules, written to the store's `info/exclude`
 by the store.
 
-    taker = Taker(git, ObjectSizes(git), workspace, max_file=50_000_000, skip=frozenset({"node_modules"}), state_prefix=None)
+    taker = Taker(git, ObjectSizes(git), workspace, max_file=50_000_000, skip=frozenset({"node_modules"}),
+                  state_prefix=None)
     info, stored = taker.take(7, iteration=3, kind="iteration", parent=latest, changed=None, now=time.time())
 """
 
