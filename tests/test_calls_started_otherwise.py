@@ -208,3 +208,19 @@ def test_a_crash_loop_started_by_absolute_path_trips_at_the_threshold(tmp_path: 
     assert opened["trigger"] in ("same-error", "consecutive-failures"), opened
     done = events(state_dir_of(ws), "iteration_finished")
     assert done and all(e["failed"] for e in done if not e["cut_short"])
+
+
+@pytest.mark.slow
+def test_a_short_calls_reply_just_before_the_loop_exits_is_still_a_call(tmp_path: Path) -> None:
+    """The loop exits right after its last call replied, before a tick could make that reply a call (a reply
+    settles for REPLY_SETTLE_SECONDS first): it is still an iteration, with its file."""
+    ws = workspace(tmp_path)
+    claude = installed(tmp_path, "claude", QUICK_AGENT)
+    script = f"for i in 1 2 3; do {claude} -p go --output-format json; sleep 0.2; done"
+    result = run(ws, *FAST, "--no-progress", "10", "--paraphrase", "0", "--output-decline", "0", "--", "bash", "-c",
+                 script, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    done = events(state_dir_of(ws), "iteration_finished")
+    assert [e["iteration"] for e in done] == [1, 2, 3]
+    assert [e["reply"] for e in done] == [f"did step {n}" for n in (1, 2, 3)]
+    assert [e["paths"] for e in done] == [[f"step_{n}.txt"] for n in (1, 2, 3)]

@@ -360,8 +360,9 @@ class CallWatcher:
         os.close(fd)
 
     async def finish_current(self) -> None:
-        """The loop exited: end the call in progress (its pidfd says whether it is gone) and wait for
-        every report still being put together."""
+        """The loop exited: end the call in progress (its pidfd says whether it is gone), or make calls of the
+        replies read from its output that no call claimed yet (a tick makes them only REPLY_SETTLE_SECONDS after
+        they were read), and wait for every report still being put together."""
         if self._running is None:
             self._poll_notices(time.time(), final=True)  # a call whose notice is still to be taken ran too
         running = self._running
@@ -369,7 +370,11 @@ class CallWatcher:
             self._ended(running)
         elif self.tracker.current is not None:  # marker mode
             self.reports.marker_boundary(time.time(), begin=False)
-        await self.reports.wait()
+        await self.reports.wait()  # a call's report takes its own late output first
+        if self.tracker.marker is None:  # replies that no call claimed: with the loop gone, nothing else will
+            now = time.time()
+            self.reports.from_replies(now, before=now)
+            await self.reports.wait()
         if self.tracker.marker is None:
             await asyncio.wrap_future(self.pool.submit(self.workspace.close_gap))
 

@@ -96,10 +96,10 @@ class WaitEpisode:
 
     async def loop_exited(self) -> None:
         """The loop ended by itself while the tree was frozen for a wait (it was on its way out when the
-        freeze came): the wait is over, said once; what is left of the tree is stopped next."""
-        if self.until is not None:
-            async with self._actions.lock:
-                await self.end("the loop exited")
+        freeze came): the wait is over, said once; what is left of the tree is stopped next. The lock comes
+        first: a wait being begun (its freeze under way when the loop exited) has set its time by then."""
+        async with self._actions.lock:
+            await self.end("the loop exited")
 
     def taken_over(self) -> None:
         """A pause or stop by hand takes over from the wait: no thaw when its time is up. Lock held."""
