@@ -140,7 +140,10 @@ async def _supervise(settings: Settings, terminal: Terminal,
         run_dir = None
     try:
         supervisor = Supervisor(settings, terminal, run_dir.path if run_dir is not None else None, cgroup)
-        code = await supervisor.run()
+        try:
+            code = await supervisor.run()
+        finally:
+            supervisor.records.flush()  # what waited to be written (records.py), even after a failure
     finally:
         if run_dir is not None:
             run_dir.remove()

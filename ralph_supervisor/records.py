@@ -7,7 +7,8 @@ failure is warned about once, and the day's spend is counted in memory meanwhile
 
 A transition is written durably (the history line and `state.json`, each fsynced); what moves at every agent
 call (the breaker's counters in `state.json`, `ledger.json`, the day's spend) is written atomically without
-fsync (store.py says what each survives).
+fsync (store.py says what each survives), and at most once per `PACE_S` while calls come faster than that
+(pacing.py). A transition, `flush` (the exit) and the start of a call write at once what waits.
 
     >>> records = Records(state_dir, goal="supervised: ./ralph_loop.sh")   # doctest: +SKIP
     >>> records.transition(decision); records.save(breaker.snapshot())     # doctest: +SKIP
@@ -25,6 +26,7 @@ from ralph_supervisor import events
 from ralph_supervisor.breaker import Decision, Snapshot
 from ralph_supervisor.files import daily_spend_json, escalation_md, history_jsonl, ledger_json, state_json
 from ralph_supervisor.files.daily_spend_json import DailySpend
+from ralph_supervisor.files.pacing import PACE_S, PacedFile
 from ralph_supervisor.iteration import IterationReport
 
 log = structlog.get_logger("ralph_supervisor")
@@ -47,7 +49,7 @@ class Warnings:
 
 
 class Records:
-    def __init__(self, state_dir: Path, goal: str, warnings: Warnings | None = None) -> None:
+    def __init__(self, state_dir: Path, goal: str, warnings: Warnings | None = None, *, pace_s: float = PACE_S) -> None:
         self.state_dir = state_dir
         self.warnings = warnings or Warnings()
         self.history = history_jsonl.History(
@@ -58,10 +60,20 @@ class Records:
         self.spend_dir = state_dir
         """Where today's spend is counted: this folder, or the checkout's for a run in a worktree (worktree.py),
         so the daily budgets hold across the worktrees of one repository."""
-        self._daily_fallback = DailySpend("")
-        """Today's spend counted in memory while daily-spend.json cannot be written."""
         self._saved_mark: tuple[Any, ...] | None = None
         """What of the breaker the last state.json holds that only a transition changes (see `save`)."""
+        self._state_next: tuple[Snapshot, float | None] | None = None
+        """The breaker's snapshot (and the end of a wait) to write next."""
+        self._spend_seen = DailySpend("")
+        """Today's spend as daily-spend.json last said (this run's and the other runs')."""
+        self._spend_unsaved = DailySpend("")
+        """This run's spend not in daily-spend.json yet: waiting to be written, or the folder cannot be written
+        (counted all the same, added at the next write that succeeds)."""
+        self._spend_at = 0.0
+        """The time of the last call's spend: its day is the day the unsaved spend is added to."""
+        self._state_file = PacedFile(self._write_state, pace_s)
+        self._ledger_file = PacedFile(self._write_ledger, pace_s)
+        self._spend_file = PacedFile(self._write_spend, pace_s)
 
     def transition(self, decision: Decision, **fields: Any) -> dict[str, Any]:
         """The history line first, then the `breaker_transition` event (the state is saved after it)."""
@@ -69,11 +81,48 @@ class Records:
         log.info(events.BREAKER_TRANSITION, **{k: v for k, v in line.items() if k != "ts"}, final=decision.final, **fields)
         return line
 
-    def save(self, snapshot: Snapshot, *, limit_until: float | None = None) -> None:
+    def save(self, snapshot: Snapshot, *, limit_until: float | None = None, paced: bool = False) -> None:
         """Write the breaker's snapshot: durably when its state changed (a transition, an open, a usage-limit
-        wait begun or ended) since the last save, without fsync when only its counters moved."""
-        mark = (snapshot.state, snapshot.trigger, snapshot.final, snapshot.total_opens, snapshot.opened_at,
-                limit_until)
+        wait begun or ended) since the last save, and with it whatever else waits; without fsync when only its
+        counters moved, and `paced` (a call's end): now or soon (pacing.py)."""
+        self._state_next = (snapshot, limit_until)
+        if _mark(snapshot, limit_until) != self._saved_mark:
+            self.flush()  # a report about the transition reads the ledger: it holds every attempt by then
+            self._state_file.write_now()
+        elif paced:
+            self._state_file.changed()
+        else:
+            self._state_file.write_now()
+
+    def attempt(self, report: IterationReport) -> None:
+        """The iteration's attempt in `ledger.json` (now or soon)."""
+        self.ledger.add(report)
+        self._ledger_file.changed()
+
+    def spend(self, tokens: int, cost_usd: float, now: float) -> DailySpend:
+        """Today's spend across runs, this call's added once (to daily-spend.json now or soon)."""
+        if tokens or cost_usd:
+            unsaved = self._spend_unsaved.today(now)
+            self._spend_unsaved = DailySpend(unsaved.date, unsaved.tokens + max(0, tokens),
+                                             unsaved.cost_usd + max(0.0, cost_usd))
+            self._spend_at = now
+            self._spend_file.changed()
+        elif not self._spend_file.waiting:
+            self._load_spend(now)  # what the other runs spent meanwhile
+        seen, unsaved = self._spend_seen.today(now), self._spend_unsaved.today(now)
+        return DailySpend(seen.date, seen.tokens + unsaved.tokens, seen.cost_usd + unsaved.cost_usd)
+
+    def flush(self) -> None:
+        """Write now whatever waits (the exit; a transition, whose report reads the files)."""
+        self._ledger_file.flush()
+        self._spend_file.flush()
+        self._state_file.flush()
+
+    def _write_state(self) -> None:
+        if self._state_next is None:
+            return
+        snapshot, limit_until = self._state_next
+        mark = _mark(snapshot, limit_until)
         try:
             state_json.save(self.state_dir, snapshot, supervisor_pid=os.getpid(), limit_until=limit_until,
                             durable=mark != self._saved_mark)
@@ -82,28 +131,33 @@ class Records:
             return
         self._saved_mark = mark
 
-    def attempt(self, report: IterationReport) -> None:
+    def _write_ledger(self) -> None:
         try:
-            self.ledger.append(report)
+            self.ledger.write()
         except OSError as exc:
             self.warnings.once("ledger_unwritable", error=str(exc))
 
-    def spend(self, tokens: int, cost_usd: float, now: float) -> DailySpend:
-        """Today's spend across runs, this call's added once."""
+    def _write_spend(self) -> None:
+        now = self._spend_at
+        unsaved = self._spend_unsaved.today(now)
         try:
-            if tokens or cost_usd:
-                spend, warning = daily_spend_json.add(self.spend_dir, tokens, cost_usd, now)
-            else:
-                spend, warning = daily_spend_json.load(self.spend_dir, now)
+            spend, warning = daily_spend_json.add(self.spend_dir, unsaved.tokens, unsaved.cost_usd, now)
         except OSError as exc:
             self.warnings.once("daily_spend_unwritable", error=str(exc))
-            fallback = self._daily_fallback.today(now)
-            self._daily_fallback = DailySpend(fallback.date, fallback.tokens + max(0, tokens),
-                                              fallback.cost_usd + max(0.0, cost_usd))
-            return self._daily_fallback
+            return
+        self._spend_seen, self._spend_unsaved = spend, DailySpend(spend.date)
         if warning:
             self.warnings.once("daily_spend_corrupt", detail=warning)
-        return spend
+
+    def _load_spend(self, now: float) -> None:
+        try:
+            spend, warning = daily_spend_json.load(self.spend_dir, now)
+        except OSError as exc:
+            self.warnings.once("daily_spend_unwritable", error=str(exc))
+            return
+        self._spend_seen = spend
+        if warning:
+            self.warnings.once("daily_spend_corrupt", detail=warning)
 
     def escalation(self, text: str) -> None:
         try:
@@ -115,4 +169,11 @@ class Records:
         return history_jsonl.tail(self.state_dir, count)
 
     def close(self) -> None:
+        self.flush()
         self.history.close()
+
+
+def _mark(snapshot: Snapshot, limit_until: float | None) -> tuple[Any, ...]:
+    """What of the breaker only a transition (or a wait begun or ended) changes: a save that changes it is
+    durable and never waits."""
+    return (snapshot.state, snapshot.trigger, snapshot.final, snapshot.total_opens, snapshot.opened_at, limit_until)

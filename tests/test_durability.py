@@ -87,6 +87,7 @@ def test_the_ledger_file_is_dump_ledgers_text_when_built_from_pieces(here: Path,
     (state_dir / "ledger.json").write_text(dump_ledger(goal, before), encoding="utf-8")
     ledger = ledger_json.Ledger(state_dir, goal)
     for n in range(after):
-        ledger.append(report(len(before) + n + 1))
+        ledger.add(report(len(before) + n + 1))
+        ledger.write()
     text = (state_dir / "ledger.json").read_text(encoding="utf-8") if after else ledger.text()
     assert text == dump_ledger(goal[: ledger_json.GOAL_MAX], ledger.attempts)

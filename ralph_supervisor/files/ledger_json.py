@@ -2,11 +2,12 @@
 
 So `ralph-supervise check -f STATE_DIR/ledger.json`, or loop-context itself, can judge a live loop.
 Bounded: the last `MAX_ATTEMPTS` attempts are kept (the rules judge the recent tail), across runs.
-Rewritten at every call, so cheaply: each attempt's JSON is made once, the file is those pieces joined
-(the same text as `dump_ledger`), written atomically without fsync (store.py: per-call bookkeeping).
+Rewritten at every call (at most once per `pacing.PACE_S`: records.py), so cheaply: each attempt's JSON is made
+once, the file is those pieces joined (the same text as `dump_ledger`), written atomically without fsync
+(store.py: per-call bookkeeping).
 
     >>> ledger = Ledger(Path("/tmp/ralph-example/.ralph-supervise"), goal="supervised: ./ralph_loop.sh")
-    >>> ledger.append(report)   # doctest: +SKIP
+    >>> ledger.add(report); ledger.write()   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -47,14 +48,17 @@ class Ledger:
         self._pieces = [_piece(a) for a in self.attempts]
         """Each attempt as the file holds it (indented JSON): made once, joined at every write."""
 
-    def append(self, report: IterationReport) -> None:
-        """Add the iteration's attempt and rewrite the file atomically. Raises OSError (a full disk)."""
+    def add(self, report: IterationReport) -> None:
+        """Add the iteration's attempt (`write` puts it in the file)."""
         attempt = attempt_dict(report.number, action_summary(report), outcome_of(report),
                                report.first_error or None, report.tokens or 0)
         self.attempts.append(attempt)
         self._pieces.append(_piece(attempt))
         del self.attempts[:-MAX_ATTEMPTS]
         del self._pieces[:-MAX_ATTEMPTS]
+
+    def write(self) -> None:
+        """Rewrite the file atomically. Raises OSError (a full disk)."""
         store.atomic_write_text(path(self.state_dir), self.text(), durable=False)
 
     def text(self) -> str:

@@ -55,7 +55,7 @@ class CallJudge:
                  tailer: Any, tap: Any, analysis: Any, loop_waits: Any, lifecycle: Lifecycle,
                  apply: Callable[[Decision], Awaitable[None]], apply_soon: Callable[[Decision], None],
                  begin_wait: Callable[[Wait, int], Awaitable[None]], waiting: Callable[[], bool],
-                 save: Callable[[], None], tell_systemd: Callable[[], None]) -> None:
+                 save: Callable[..., None], tell_systemd: Callable[[], None]) -> None:
         self._settings = settings
         self._loop = loop
         self._breaker = breaker
@@ -165,7 +165,7 @@ class CallJudge:
         if decision.changed:
             await self._apply(decision)
         else:
-            self._save()
+            self._save(paced=True)  # the counters: written now, or with the next call's start (records.py)
         wait = self._limits.observe(limited=report.usage_limited, resets_at=report.limit_resets_at, now=now)
         if wait is not None and self._settings.limit_wait == "off":
             self._warnings.once("limit_wait_off", event_name="limit_wait_skipped", iteration=report.number,

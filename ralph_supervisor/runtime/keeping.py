@@ -57,10 +57,11 @@ class Keeping:
         self.published: Snapshot = breaker.snapshot()
         """The breaker as last saved: an immutable value, read by other threads (the metrics' scrapes)."""
 
-    def save(self) -> None:
-        """`state.json` from the breaker, with the end of a wait the tree is frozen for."""
+    def save(self, *, paced: bool = False) -> None:
+        """`state.json` from the breaker, with the end of a wait the tree is frozen for; `paced` (only the
+        counters moved, at a call's end): now or soon (records.py)."""
         self.published = snapshot = self._breaker.snapshot()
-        self._records.save(snapshot, limit_until=self._limit_until())
+        self._records.save(snapshot, limit_until=self._limit_until(), paced=paced)
 
     def guard_files(self) -> None:
         """From now on, a file of ours that goes is written again (after the first save)."""
