@@ -41,13 +41,23 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True,
+                       make_folder: bool = False) -> None:
     """Write `data` to `path` atomically: a temp file in the same folder, (fsync,) rename, (fsync of the
     folder). A reader (or a crash) sees the old content or the new, never half of one; `durable` adds the two
     fsyncs, so that the new content also survives a crash of the machine. The temp file is named by process
-    and thread (two writers never share one; no random name to draw: this runs several times per call)."""
+    and thread (two writers never share one; no random name to draw: this runs several times per call).
+    `make_folder`: a missing folder is made (with its parents) and the write tried again; one that exists costs
+    nothing, where a `mkdir` before every write would cost a system call that takes the folder's lock."""
     tmp = str(path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileNotFoundError:
+        if not make_folder:
+            raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o600)
     try:
         os.fchmod(fd, mode)
         write_all(fd, data)
@@ -78,8 +88,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: b
         os.close(dir_fd)
 
 
-def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+def atomic_write_text(path: Path, text: str, *, durable: bool = True, make_folder: bool = False) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable, make_folder=make_folder)
 
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:

@@ -91,3 +91,13 @@ def test_the_ledger_file_is_dump_ledgers_text_when_built_from_pieces(here: Path,
         ledger.write()
     text = (state_dir / "ledger.json").read_text(encoding="utf-8") if after else ledger.text()
     assert text == dump_ledger(goal[: ledger_json.GOAL_MAX], ledger.attempts)
+
+
+def test_a_write_that_may_make_its_folder_makes_a_missing_one_and_only_then(tmp_path: Path) -> None:
+    target = tmp_path / "refs" / "snapshots" / "00000001"
+    with pytest.raises(FileNotFoundError):
+        store.atomic_write_bytes(target, b"a", durable=False)
+    store.atomic_write_bytes(target, b"a", durable=False, make_folder=True)
+    assert target.read_bytes() == b"a"
+    store.atomic_write_text(target.with_name("00000002"), "b", durable=False, make_folder=True)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["00000001", "00000002"]

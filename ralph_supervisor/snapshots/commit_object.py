@@ -36,13 +36,11 @@ def write_commit(objects: Path, tree: str, message: bytes, now: float) -> str | 
     body = commit_bytes(tree, message, now)
     raw = b"commit %d\0" % len(body) + body
     commit = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
-    folder = objects / commit[:2]
-    path = folder / commit[2:]
+    path = objects / commit[:2] / commit[2:]
     if path.exists():  # the same tree, message and second: the object is already there
         return commit
-    folder.mkdir(exist_ok=True)
     # Read-only as git makes its objects; without fsync, as git writes loose objects by default.
-    atomic_write_bytes(path, zlib.compress(raw), 0o444, durable=False)
+    atomic_write_bytes(path, zlib.compress(raw), 0o444, durable=False, make_folder=True)
     return commit
 
 

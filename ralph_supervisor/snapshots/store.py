@@ -241,9 +241,13 @@ class SnapshotStore:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """One writer at a time: the supervisor's snapshot thread and a `restore` command share the store."""
+        lock = self.state_dir / f"snapshots.{LOCK_FILE}"
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.state_dir / f"snapshots.{LOCK_FILE}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # the folder is made here, not before every lock (a mkdir takes its lock)
+                self.state_dir.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise SnapshotError(errno_kind(exc), f"cannot lock the snapshot store: {exc.strerror or exc}") from None
         try:
@@ -400,8 +404,7 @@ class SnapshotStore:
         before its next use (`_healthy`) and set aside when its latest snapshot is unreadable."""
         path = self.path / f"{REF_PREFIX}{snapshot_id:08d}"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            state_files.atomic_write_text(path, commit + "\n", durable=False)
+            state_files.atomic_write_text(path, commit + "\n", durable=False, make_folder=True)
         except OSError as exc:
             raise SnapshotError(errno_kind(exc), f"cannot write {path}: {exc.strerror or exc}") from None
 
