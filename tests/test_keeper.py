@@ -83,7 +83,9 @@ def supervised(project: Path) -> Iterator[tuple[SnapshotKeeper, Callable[[int, s
     agent's work) ended; `call(n, shell)` runs one agent call as the supervisor sees it and answers the
     keeper's verdict."""
     keeper = keeper_for(project, destructive_files=6, destructive_share=0)
-    watcher = Workspace(project, state_dir=state_dir_of(project), poll_interval=0.05)
+    # Each change goes to the keeper as the supervisor routes it: what a snapshot looks at. Without it the
+    # snapshot of iteration 1 held the agent's work only when the start snapshot's full look came after it.
+    watcher = Workspace(project, state_dir=state_dir_of(project), poll_interval=0.05, on_change=keeper.saw)
     watcher.start()
     assert watcher.wait_primed(30)
     keeper.start(0)
