@@ -87,7 +87,8 @@ class Records:
         counters moved, and `paced` (a call's end): now or soon (pacing.py)."""
         self._state_next = (snapshot, limit_until)
         if _mark(snapshot, limit_until) != self._saved_mark:
-            self.flush()  # a report about the transition reads the ledger: it holds every attempt by then
+            self._ledger_file.flush()  # a report about the transition reads the ledger: every attempt is in it
+            self._spend_file.flush()
             self._state_file.write_now()
         elif paced:
             self._state_file.changed()
@@ -113,7 +114,7 @@ class Records:
         return DailySpend(seen.date, seen.tokens + unsaved.tokens, seen.cost_usd + unsaved.cost_usd)
 
     def flush(self) -> None:
-        """Write now whatever waits (the exit; a transition, whose report reads the files)."""
+        """Write now whatever waits (the exit, a failure)."""
         self._ledger_file.flush()
         self._spend_file.flush()
         self._state_file.flush()

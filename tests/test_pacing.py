@@ -117,9 +117,11 @@ def test_records_pace_the_per_call_files_count_the_spend_at_once_and_a_transitio
         assert json.loads(state_file.read_text())["consecutive_no_progress"] == 1
         # An open: the transition's save writes the ledger and the spend before a report can read them.
         records.attempt(report(3))
+        renamed = renamed_into(tmp_path)
         opened = Decision("open", State.OPEN, "no-progress", "stuck", 3, cooldown_s=1800.0, total_opens=1)
         records.transition(opened)
         records.save(Snapshot(state=State.OPEN, trigger="no-progress", iteration=3, total_opens=1, opened_at=30.0))
+        assert renamed() == {"ledger.json": 1, "daily-spend.json": 1, "state.json": 1}  # the waiting one is this
         assert attempts_in(ledger) == [1, 2, 3]
         assert json.loads(spend_file.read_text())["tokens"] == 14
         assert json.loads(state_file.read_text())["state"] == "OPEN"
