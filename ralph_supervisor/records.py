@@ -120,8 +120,7 @@ class Records:
         self._state_file.flush()
 
     def _write_state(self) -> None:
-        if self._state_next is None:
-            return
+        assert self._state_next is not None  # written only after a save
         snapshot, limit_until = self._state_next
         mark = _mark(snapshot, limit_until)
         try:

@@ -47,17 +47,10 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: b
     folder). A reader (or a crash) sees the old content or the new, never half of one; `durable` adds the two
     fsyncs, so that the new content also survives a crash of the machine. The temp file is named by process
     and thread (two writers never share one; no random name to draw: this runs several times per call).
-    `make_folder`: a missing folder is made (with its parents) and the write tried again; one that exists costs
-    nothing, where a `mkdir` before every write would cost a system call that takes the folder's lock."""
-    tmp = str(path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    `make_folder`: a missing folder is made (`open_making_folder`)."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        fd = os.open(tmp, flags, 0o600)
-    except FileNotFoundError:
-        if not make_folder:
-            raise
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, flags, 0o600)
+    fd = open_making_folder(tmp, flags, 0o600) if make_folder else os.open(tmp, flags, 0o600)
     try:
         os.fchmod(fd, mode)
         write_all(fd, data)
@@ -86,6 +79,16 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: b
         pass
     finally:
         os.close(dir_fd)
+
+
+def open_making_folder(path: Path, flags: int, mode: int) -> int:
+    """`os.open`, and where the folder is missing, make it (with its parents) and open once more. A folder that
+    exists costs nothing, where a `mkdir` before every open would cost a system call that takes its lock."""
+    try:
+        return os.open(path, flags, mode)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, mode)
 
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True, make_folder: bool = False) -> None:

@@ -352,7 +352,6 @@ class Supervisor:
         self.tap.detach_all()
         self.child.collect_exits()
         await self.background.settle(time.monotonic() + wait_s)
-        self.records.flush()  # the report reads the ledger
         await asyncio.to_thread(self.report_writer.close, 0.0 if hurry else 10.0)
         await asyncio.to_thread(self.keeper.close, self.tracker.number, last=not hurry)
         if self.verify is not None:

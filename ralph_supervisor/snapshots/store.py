@@ -245,11 +245,7 @@ class SnapshotStore:
         """One writer at a time: the supervisor's snapshot thread and a `restore` command share the store."""
         lock = self.state_dir / f"snapshots.{LOCK_FILE}"
         try:
-            try:
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except FileNotFoundError:  # the folder is made here, not before every lock (a mkdir takes its lock)
-                self.state_dir.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = state_files.open_making_folder(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise SnapshotError(errno_kind(exc), f"cannot lock the snapshot store: {exc.strerror or exc}") from None
         try:
