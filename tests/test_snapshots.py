@@ -440,3 +440,37 @@ def test_a_snapshots_commit_is_the_object_git_commit_tree_writes(ws: Path, tmp_p
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o444 for p in loose if p.name == second.commit[2:])
     assert commit_object.write_commit(store.path / "objects", "ab" * 32, b"{}", 0.0) is None  # SHA-256: commit-tree
 
+
+
+def test_a_snapshot_between_two_others_counts_its_changes_without_git_diff_tree(ws: Path, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The changes since the parent are read from the store's loose trees (tree_diff.py): git runs for the index
+    and the tree only, and the counts are diff-tree's. After a repack the trees are packed, and git's diff-tree
+    answers the same."""
+    for name in ("keep.txt", "edit.txt", "gone.txt"):
+        (ws / name).write_text(name)
+    store = SnapshotStore(ws, tmp_path / "state")
+    first = take(store, 1)
+    commands: list[str] = []
+    run = store.git.run
+
+    def recorded(*args: str, **kw: object) -> bytes:
+        commands.append(next(a for a in args if not a.startswith("-") and "=" not in a))
+        return run(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.git, "run", recorded)
+    (ws / "edit.txt").write_text("edited, longer")
+    (ws / "gone.txt").unlink()
+    (ws / "sub").mkdir()
+    (ws / "sub" / "new.txt").write_text("new")
+    second = take(store, 2, ["edit.txt", "gone.txt", "sub/new.txt"])
+    assert "diff-tree" not in commands and "write-tree" in commands
+    assert (second.added, second.modified, second.deleted) == (1, 1, 1)
+    assert second.files == 3 and second.bytes == first.bytes + len("edited, longer") - len("edit.txt") + 3 - 8
+    run("repack", "-adq")
+    run("prune-packed")
+    (ws / "keep.txt").write_text("kept, changed")
+    third = take(store, 3, ["keep.txt"])
+    assert "diff-tree" in commands  # the parent's trees are packed now: git reads them
+    assert (third.added, third.modified, third.deleted) == (0, 1, 0)
+    assert third.bytes == second.bytes + len("kept, changed") - len("keep.txt")

@@ -1,6 +1,6 @@
 """A snapshot's commit, written by hand as a loose object: the object `git commit-tree` would write, byte for byte.
 
-A snapshot runs git for the index, the tree and the diff; the commit is a few hundred bytes of text around the
+A snapshot runs git for the index and the tree; the commit is a few hundred bytes of text around the
 tree's id and the message, so writing it here saves a process a call (its start, its pipes, its SIGCHLD) at no
 risk to the format: the same header, the same identity and date as `git_env` gives commit-tree, zlib-compressed
 under its SHA-1 as git stores loose objects. A store whose objects are not SHA-1 (a tree id of another length)

@@ -28,6 +28,7 @@ from ralph_supervisor.snapshots.commit_object import write_commit
 from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, git_mode_bits, refused_path, tree_listing
 from ralph_supervisor.snapshots.info import LIST_MAX, SKIP_MEASURE_EVERY_S, SnapshotInfo
 from ralph_supervisor.snapshots.object_sizes import ObjectSizes
+from ralph_supervisor.snapshots.tree_diff import diff_trees, tree_of_commit
 
 RETRIES = 2
 """Passes over files that changed while they were read, before they are listed as moved."""
@@ -81,6 +82,8 @@ class Taker:
         """The state folder, relative, when it lies inside the workspace (never stored)."""
         self._skip_sizes: dict[str, tuple[float, int]] = {}
         """Each skipped root's size and when it was measured."""
+        self._last_tree = ("", "")
+        """The last snapshot's commit and its tree: the next one's parent, most often."""
 
     def take(self, snapshot_id: int, iteration: int, kind: str, parent: SnapshotInfo | None,
              changed: Collection[str] | None, now: float) -> tuple[SnapshotInfo, int]:
@@ -286,21 +289,16 @@ class Taker:
             raise SnapshotError(errno_kind(exc), f"cannot write the snapshot's commit: {exc.strerror or exc}") from None
         if commit is None:
             commit = self._git.run("commit-tree", tree, input=message, now=now).decode().strip()
+        self._last_tree = (commit, tree)
         return replace(info, commit=commit)
 
     def _diff(self, parent: SnapshotInfo, tree: str, *, sizes: bool) -> tuple[int, int, int, int]:
         """(added, modified, deleted, the stored bytes' change) from the parent's tree to `tree`; the bytes
         only when `sizes` (a full pass counts them from the listing instead)."""
-        raw = self._git.run("diff-tree", "-r", "-z", "--no-renames", "--raw", f"{parent.commit}^{{tree}}", tree)
-        fields = raw.split(b"\0")
         added = modified = deleted = size_delta = 0
         shas: list[bytes] = []
         signs: list[int] = []
-        for i in range(0, len(fields) - 1, 2):
-            meta = fields[i].split()
-            if len(meta) < 5:
-                continue
-            old_mode, new_mode, old_sha, new_sha, status = meta[0].lstrip(b":"), meta[1], meta[2], meta[3], meta[4][:1]
+        for old_mode, new_mode, old_sha, new_sha, status in self._changes(parent, tree):
             added += status == b"A"
             deleted += status == b"D"
             modified += status in (b"M", b"T")
@@ -313,6 +311,25 @@ class Taker:
         if shas and sizes:
             size_delta = sum(sign * size for sign, size in zip(signs, self._sizes.of(shas)))
         return added, modified, deleted, size_delta
+
+    def _changes(self, parent: SnapshotInfo, tree: str) -> list[tuple[bytes, bytes, bytes, bytes, bytes]]:
+        """The files changed from the parent's tree to `tree`: (old mode, new mode, old id, new id, status), as
+        diff-tree's raw format gives them. Read from the store's loose objects (tree_diff.py) where they are
+        there, as they are between two snapshots of a running loop; else from `git diff-tree`."""
+        objects = self._git.git_dir / "objects"
+        last_commit, last_tree = self._last_tree
+        parent_tree = last_tree if parent.commit == last_commit else tree_of_commit(objects, parent.commit)
+        changes = diff_trees(objects, parent_tree, tree) if parent_tree is not None else None
+        if changes is not None:
+            return [change[:5] for change in changes]
+        raw = self._git.run("diff-tree", "-r", "-z", "--no-renames", "--raw", f"{parent.commit}^{{tree}}", tree)
+        fields = raw.split(b"\0")
+        found = []
+        for i in range(0, len(fields) - 1, 2):
+            meta = fields[i].split()
+            if len(meta) >= 5:
+                found.append((meta[0].lstrip(b":"), meta[1], meta[2], meta[3], meta[4][:1]))
+        return found
 
     def _measure_skipped(self, roots: Sequence[str], now: float) -> dict[str, int]:
         """The skipped trees' sizes, each walked again only when its last measure is SKIP_MEASURE_EVERY_S old."""
