@@ -62,15 +62,17 @@ def machine_line() -> str:
 # ---------------------------------------------------------------------------------------------- /proc
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of this one process (its threads included, its children not)."""
+def cpu_seconds(pid: int, *, children: bool = False) -> float | None:
+    """utime + stime of this one process (its threads included, its children not); with `children`, of its
+    children that ended and were waited for instead (cutime + cstime: a supervisor's helper processes)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read()
     except OSError:
         return None
     fields = raw[raw.rindex(b")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) / CLK_TCK
 
 
 def memory_kib(pid: int) -> tuple[int, int] | None:
