@@ -362,8 +362,8 @@ first row scales the CPU to ten calls a second from what a call cost. Missed cal
 
 The first CPU row is the supervisor's own process (all its threads); the second adds its helper processes,
 the children it started and waited for in the window: the git commands that store each call's snapshot
-(`update-index`, `write-tree`, `diff-tree`, now and then `ls-files`; the `git cat-file` kept running is not
-counted until it ends). The loop, its one other child, is not waited for in the window, so none of the agent's
+(`update-index` and `write-tree`; now and then `ls-files`, or `diff-tree` where the parent's trees were
+packed; the `git cat-file` kept running is not counted until it ends). The loop, its one other child, is not waited for in the window, so none of the agent's
 CPU is in either row.
 
 A negative latency means the supervisor knew of the call before the agent's first command ran (the shim's
