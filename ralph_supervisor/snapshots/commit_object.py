@@ -11,11 +11,9 @@ is left to commit-tree.
 
 from __future__ import annotations
 
-import hashlib
-import zlib
 from pathlib import Path
 
-from ralph_supervisor.store import atomic_write_bytes
+from ralph_supervisor.snapshots.loose_objects import write_loose
 
 NAME, EMAIL = "ralph-supervise", "ralph-supervise@localhost"
 """Who the snapshots' commits are by: here, and in git_env's GIT_AUTHOR_* and GIT_COMMITTER_* for commit-tree."""
@@ -33,15 +31,7 @@ def write_commit(objects: Path, tree: str, message: bytes, now: float) -> str | 
     store's ids are not SHA-1. Raises OSError (a full disk, a read-only store): the caller says which."""
     if len(tree) != 40:
         return None
-    body = commit_bytes(tree, message, now)
-    raw = b"commit %d\0" % len(body) + body
-    commit = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
-    path = objects / commit[:2] / commit[2:]
-    if path.exists():  # the same tree, message and second: the object is already there
-        return commit
-    # Read-only as git makes its objects; without fsync, as git writes loose objects by default.
-    atomic_write_bytes(path, zlib.compress(raw), 0o444, durable=False, make_folder=True)
-    return commit
+    return write_loose(objects, b"commit", commit_bytes(tree, message, now))
 
 
 __all__ = ["EMAIL", "IDENTITY", "NAME", "commit_bytes", "write_commit"]

@@ -25,6 +25,9 @@ from ralph_supervisor.safe_git import command as safe_command
 from ralph_supervisor.snapshots.commit_object import EMAIL, NAME
 
 GIT_TIMEOUT_S = 600.0
+ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding -diff -merge\n"
+"""The store's `info/attributes`, which wins over every `.gitattributes`: no conversion, so what is stored is the
+bytes."""
 
 
 class SnapshotError(Exception):

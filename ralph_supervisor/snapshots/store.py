@@ -9,8 +9,8 @@ is never read or written, and a folder that is not a git repository works the sa
 
 Why git: its object store shares unchanged content between snapshots, and its index remembers each
 file's stat data, so a snapshot costs in proportion to what changed. The watcher names the changed
-paths; only they are re-read (`update-index`), and `write-tree` rebuilds only the changed directories
-(`take.py`). A full pass runs for the first snapshot, after the watcher lost events, and now and then to catch
+paths; only they are re-read, and only the changed directories are rebuilt: by hand for a few files
+(`by_hand.py`, as git stores them), else by `update-index` and `write-tree` (`take.py`). A full pass runs for the first snapshot, after the watcher lost events, and now and then to catch
 what a watcher cannot see.
 
 Byte-exact: no user or system git config is read, `info/attributes` unsets every conversion (eol,
@@ -43,7 +43,7 @@ from typing import Any
 from ralph_supervisor import store as state_files
 from ralph_supervisor.evidence.ignore import read_text, relative_inside
 from ralph_supervisor.rotating import read_json_lines
-from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, find_git, tree_listing
+from ralph_supervisor.snapshots.git import ATTRIBUTES, Git, SnapshotError, errno_kind, find_git, tree_listing
 from ralph_supervisor.snapshots.info import SnapshotInfo, parse_ref_line, summary
 from ralph_supervisor.snapshots.object_sizes import ObjectSizes
 from ralph_supervisor.snapshots.take import Taker
@@ -65,8 +65,6 @@ costs a garbage collection)."""
 KEEP_NEWEST = 3
 """The budget never drops the newest snapshots: the one before a destruction is among them."""
 
-ATTRIBUTES = "* -text -eol -crlf -filter -ident -working-tree-encoding -diff -merge\n"
-"""`info/attributes` wins over every `.gitattributes`: no conversion, so what is stored is the bytes."""
 CONFIG = """\
 [core]
 \trepositoryformatversion = 0
@@ -426,6 +424,7 @@ class SnapshotStore:
             dropped = 0
             goal = int(budget * BUDGET_LOW_WATER)
             if budget > 0 and size > budget:
+                self._taker.catch_up_index(self._latest(self._refs()))  # the gc keeps what the index names
                 while size > goal:
                     refs = self.git.run("for-each-ref", "--sort=refname", "--format=%(refname)", REF_PREFIX).split()
                     if len(refs) <= KEEP_NEWEST:

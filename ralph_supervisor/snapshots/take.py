@@ -4,9 +4,11 @@ A full pass asks git for every tracked, untracked and deleted path that changed 
 --others --deleted`, which trusts the index's stat cache, so unchanged files are not read), and then for the
 ignored ones (`.env`, local config, data: what `git clean -x` deletes), but for regenerable trees (`--snapshot-skip`
 names and virtual environments), which are listed by their root and measured, not stored. An incremental pass
-reads only the paths the watcher saw change. Each path is sorted by what git must do with it (`_Pass`), the index
-is updated (files that change while read are read again, then listed as moved), and `write-tree` and the commit
-(commit_object.py) make the snapshot. What is ignored is the watcher's rules, written to the store's `info/exclude`
+reads only the paths the watcher saw change. Each path is sorted by what git must do with it (`_Pass`). An
+incremental pass is stored by hand where it can be (by_hand.py: the changed files' blobs and the folders on their
+way written here, no git process), which leaves git's index behind until it catches up (`catch_up_index`, or the
+next full pass); otherwise the index is updated (files that change while read are read again, then listed as
+moved) and `write-tree` makes the tree. The commit is written by hand (commit_object.py). What is ignored is the watcher's rules, written to the store's `info/exclude`
 by the store.
 
     taker = Taker(git, ObjectSizes(git), workspace, max_file=50_000_000, skip=frozenset({"node_modules"}),
@@ -24,21 +26,19 @@ from pathlib import Path
 
 from ralph_supervisor import store as state_files
 from ralph_supervisor.evidence.ignore import BOOKKEEPING_NAMES, VENV_MARKER
+from ralph_supervisor.snapshots.by_hand import RETRIES, Signature, signature, store_by_hand
 from ralph_supervisor.snapshots.commit_object import write_commit
 from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, git_mode_bits, refused_path, tree_listing
 from ralph_supervisor.snapshots.info import LIST_MAX, SKIP_MEASURE_EVERY_S, SnapshotInfo
 from ralph_supervisor.snapshots.object_sizes import ObjectSizes
 from ralph_supervisor.snapshots.tree_diff import diff_trees, tree_of_commit
+from ralph_supervisor.snapshots.tree_edit import TreeCache
 
-RETRIES = 2
-"""Passes over files that changed while they were read, before they are listed as moved."""
+INDEX_BEHIND = "ralph-index-behind"
+"""The file in the store that says its index is behind the newest snapshot (stored by hand)."""
 BULK_FILES = 100
 """A pass that stores more files than this writes them into one pack (git's bulk check-in), not one file each:
 the first snapshot of 20,000 files then makes 2 files on disk instead of 20,000, and no repack follows."""
-
-Signature = tuple[int, int, int, int]
-"""A file's (size, mtime, ctime, inode): when it differs after a read, the file changed while it was read."""
-
 
 @dataclass
 class _Pass:
@@ -58,16 +58,15 @@ class _Pass:
     """New permission bits of files git would restore wrongly (None: back to git's own)."""
 
 
-def _signature(st: os.stat_result) -> Signature:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
 def _under(path: str, prefixes: Collection[str]) -> bool:
     return any(path == p or path.startswith(p + "/") for p in prefixes)
 
 
 class Taker:
     """Takes snapshots into a store's index and objects. Only used with the store's lock held (one at a time)."""
+
+    by_hand = True
+    """Store an incremental snapshot without git where by_hand.py can (False: git takes every one)."""
 
     def __init__(self, git: Git, sizes: ObjectSizes, workspace: Path, *, max_file: int,
                  skip: frozenset[str] | None, state_prefix: str | None) -> None:
@@ -84,6 +83,13 @@ class Taker:
         """Each skipped root's size and when it was measured."""
         self._last_tree = ("", "")
         """The last snapshot's commit and its tree: the next one's parent, most often."""
+        self._trees = TreeCache()
+        """The folders of the last snapshots, as stored: a snapshot by hand opens them without reading them."""
+        self._behind_marker = git.git_dir / INDEX_BEHIND
+        self._index_behind = False
+        """Whether snapshots stored by hand (by_hand.py) left the store's index behind the newest snapshot
+        (`catch_up_index` mends it). A file in the store says so, read again under the store's lock at each
+        snapshot: another process (a supervisor started again, a restore) may take the next one."""
 
     def take(self, snapshot_id: int, iteration: int, kind: str, parent: SnapshotInfo | None,
              changed: Collection[str] | None, now: float) -> tuple[SnapshotInfo, int]:
@@ -91,10 +97,74 @@ class Taker:
         Returns its info, committed (no ref names it yet), and the bytes read (what the store may have grown by)."""
         full = changed is None or parent is None
         nested = set(parent.nested) if parent is not None else set()
-        work = self._full_pass(nested) if full else self._changed_pass(changed or (), nested)
-        moved = self._update(work)
-        info = self._commit(snapshot_id, iteration, kind, parent, work, moved, full, now)
+        self._index_behind = self._behind_marker.exists()  # another process may have stored one by hand
+        tree: str | None = None
+        work: _Pass | None = None
+        if not full and parent is not None:
+            work = self._changed_pass(changed or (), nested)
+            done = self._by_hand(work, parent)
+            if done is not None:
+                tree, moved = done
+            else:
+                self.catch_up_index(parent)  # git takes it from the parent's tree, which its index may lack
+        if tree is None:
+            if work is None:
+                work = self._full_pass(nested)
+            moved = self._update(work)
+            tree = self._git.run("write-tree").decode().strip()
+            if full:
+                self._index_caught_up()
+        info = self._commit(snapshot_id, iteration, kind, parent, work, moved, full, tree, now)
         return info, sum(sig[0] for sig in work.add.values()) + 1024
+
+    def _by_hand(self, work: _Pass, parent: SnapshotInfo) -> tuple[str, tuple[str, ...]] | None:
+        """The pass stored without git (by_hand.py): its tree and the files still moving; None where git must."""
+        objects = self._git.git_dir / "objects"
+        parent_tree = self._tree_of(parent) if self.by_hand else None
+        if parent_tree is None:
+            return None
+        done = store_by_hand(self.workspace, objects, parent_tree, work.add, work.remove, work.drop, self._trees)
+        if done is None:
+            return None
+        if not self._index_behind and done.tree != parent_tree:
+            try:  # before the snapshot's ref: a supervisor started again must know the index is behind it
+                state_files.atomic_write_bytes(self._behind_marker, b"")
+            except OSError:
+                return None  # git takes it, and says what is wrong with the store
+            self._index_behind = True
+        for path in done.refused:  # unreadable: not stored, as update-index refuses it
+            work.add.pop(path, None)
+            work.drop.add(path)
+        return done.tree, done.moved
+
+    def catch_up_index(self, latest: SnapshotInfo | None) -> None:
+        """Bring git's index to the newest snapshot's tree where snapshots stored by hand left it behind: before
+        git takes a snapshot from it, and before a garbage collection (whose prune keeps what the index names).
+        `read-tree --reset` (not `-m`, which refuses where a file changed since) keeps the stat cache of the files
+        whose content the tree has, so a full pass after it reads only those that changed; it leaves the files
+        alone."""
+        self._index_behind = self._behind_marker.exists()
+        if not self._index_behind or latest is None:
+            return
+        tree = self._tree_of(latest) or f"{latest.commit}^{{tree}}"
+        self._git.run("read-tree", "--reset", tree)
+        self._index_caught_up()
+
+    def _index_caught_up(self) -> None:
+        """Git's index holds the newest snapshot (a full pass, or read-tree)."""
+        if self._index_behind:
+            try:
+                self._behind_marker.unlink()
+            except FileNotFoundError:
+                pass
+            self._index_behind = False
+
+    def _tree_of(self, info: SnapshotInfo) -> str | None:
+        """The tree of a snapshot's commit, where it is known or loose."""
+        last_commit, last_tree = self._last_tree
+        if info.commit == last_commit:
+            return last_tree
+        return tree_of_commit(self._git.git_dir / "objects", info.commit) if info.commit else None
 
     # -- what a pass reads ------------------------------------------------------------------------
 
@@ -187,7 +257,7 @@ class Taker:
             work.drop.add(path)
             return
         if stat.S_ISLNK(st.st_mode):
-            work.add[path] = _signature(st)
+            work.add[path] = signature(st)
             work.modes[path] = None
         elif stat.S_ISREG(st.st_mode):
             if self.max_file > 0 and st.st_size > self.max_file:
@@ -196,7 +266,7 @@ class Taker:
             elif not os.access(absolute, os.R_OK):
                 work.drop.add(path)
             else:
-                work.add[path] = _signature(st)
+                work.add[path] = signature(st)
                 bits = stat.S_IMODE(st.st_mode)
                 work.modes[path] = bits if bits != git_mode_bits(st) else None
         elif stat.S_ISDIR(st.st_mode):
@@ -221,7 +291,7 @@ class Taker:
             moving = {}
             for path, before in pending.items():
                 try:
-                    after = _signature(os.lstat(os.path.join(self.workspace, path)))
+                    after = signature(os.lstat(os.path.join(self.workspace, path)))
                 except OSError:
                     continue  # gone since: the next snapshot records that
                 if after != before:
@@ -254,8 +324,7 @@ class Taker:
         raise SnapshotError("failed", "git update-index refused too many paths")
 
     def _commit(self, snapshot_id: int, iteration: int, kind: str, parent: SnapshotInfo | None, work: _Pass,
-                moved: tuple[str, ...], full: bool, now: float) -> SnapshotInfo:
-        tree = self._git.run("write-tree").decode().strip()
+                moved: tuple[str, ...], full: bool, tree: str, now: float) -> SnapshotInfo:
         added = modified = deleted = size_delta = 0
         if parent is not None:
             added, modified, deleted, size_delta = self._diff(parent, tree, sizes=not full)
@@ -316,10 +385,9 @@ class Taker:
         """The files changed from the parent's tree to `tree`: (old mode, new mode, old id, new id, status), as
         diff-tree's raw format gives them. Read from the store's loose objects (tree_diff.py) where they are
         there, as they are between two snapshots of a running loop; else from `git diff-tree`."""
-        objects = self._git.git_dir / "objects"
-        last_commit, last_tree = self._last_tree
-        parent_tree = last_tree if parent.commit == last_commit else tree_of_commit(objects, parent.commit)
-        changes = diff_trees(objects, parent_tree, tree) if parent_tree is not None else None
+        parent_tree = self._tree_of(parent)
+        changes = (diff_trees(self._git.git_dir / "objects", parent_tree, tree, self._trees)
+                   if parent_tree is not None else None)
         if changes is not None:
             return [change[:5] for change in changes]
         raw = self._git.run("diff-tree", "-r", "-z", "--no-renames", "--raw", f"{parent.commit}^{{tree}}", tree)

@@ -14,9 +14,14 @@ asks git.
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 from typing import NamedTuple
+
+from ralph_supervisor.snapshots.loose_objects import read_loose
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ralph_supervisor.snapshots.tree_edit import TreeCache
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """The tree of no files: git knows it without storing it."""
@@ -44,12 +49,13 @@ class _NotHere(Exception):
     """An object the diff needs is not a loose tree in the store (or there are too many entries)."""
 
 
-def diff_trees(objects: Path, old_tree: str, new_tree: str) -> list[Change] | None:
+def diff_trees(objects: Path, old_tree: str, new_tree: str, cache: TreeCache | None = None) -> list[Change] | None:
     """The changes from `old_tree` to `new_tree` (hex ids), files only, as `git diff-tree -r --no-renames`;
-    None where they cannot be read from loose objects (ask git), or the ids are not SHA-1's."""
+    None where they cannot be read from loose objects (ask git), or the ids are not SHA-1's. `cache`: trees
+    known already (tree_edit.py's), and where those read here are kept."""
     if len(old_tree) != 40 or len(new_tree) != 40:
         return None
-    reader = _Reader(objects)
+    reader = _Reader(objects, cache)
     changes: list[Change] = []
     try:
         reader.diff(old_tree.encode("ascii"), new_tree.encode("ascii"), b"", changes)
@@ -60,7 +66,7 @@ def diff_trees(objects: Path, old_tree: str, new_tree: str) -> list[Change] | No
 
 def tree_of_commit(objects: Path, commit: str) -> str | None:
     """The tree a loose commit object names; None where it is not loose or not a commit."""
-    raw = _loose(objects, commit.encode("ascii"), b"commit")
+    raw = read_loose(objects, commit, b"commit")
     if raw is None or not raw.startswith(b"tree ") or raw[45:46] != b"\n":
         return None
     return raw[5:45].decode("ascii")
@@ -83,18 +89,23 @@ def parse_tree(body: bytes) -> dict[bytes, tuple[bytes, bytes]]:
     return entries
 
 
-def _loose(objects: Path, object_id: bytes, kind: bytes) -> bytes | None:
-    """The content of a loose object of type `kind`; None where there is none, or it is another type or damaged."""
-    name = object_id.decode("ascii")
-    try:
-        with open(objects / name[:2] / name[2:], "rb") as stored:
-            raw = zlib.decompress(stored.read())
-    except (OSError, zlib.error, ValueError):
-        return None
-    header, _, body = raw.partition(b"\0")
-    if header != kind + b" %d" % len(body):
-        return None
-    return body
+def load_tree(objects: Path, tree_id: bytes, cache: TreeCache | None = None) -> dict[bytes, tuple[bytes, bytes]] | None:
+    """A stored tree's entries (parse_tree's), from `cache` or its loose object (then kept in `cache`); None where
+    it is not a loose tree, or a damaged one."""
+    if tree_id == EMPTY_TREE.encode("ascii"):
+        return {}
+    entries = cache.get(tree_id) if cache is not None else None
+    if entries is None:
+        body = read_loose(objects, tree_id.decode("ascii"), b"tree")
+        if body is None:
+            return None
+        try:
+            entries = parse_tree(body)
+        except ValueError:
+            return None
+        if cache is not None:
+            cache.put(tree_id, entries)
+    return entries
 
 
 def _kind(mode: bytes) -> bytes:
@@ -104,20 +115,17 @@ def _kind(mode: bytes) -> bytes:
 
 
 class _Reader:
-    def __init__(self, objects: Path) -> None:
+    def __init__(self, objects: Path, cache: TreeCache | None) -> None:
         self._objects = objects
+        self._cache = cache
         self._entries_left = MOST_ENTRIES
 
     def _tree(self, tree_id: bytes | None) -> dict[bytes, tuple[bytes, bytes]]:
-        if tree_id is None or tree_id == EMPTY_TREE.encode("ascii"):
+        if tree_id is None:
             return {}
-        body = _loose(self._objects, tree_id, b"tree")
-        if body is None:
+        entries = load_tree(self._objects, tree_id, self._cache)
+        if entries is None:
             raise _NotHere
-        try:
-            entries = parse_tree(body)
-        except ValueError:
-            raise _NotHere from None
         self._entries_left -= len(entries)
         if self._entries_left < 0:
             raise _NotHere
@@ -149,4 +157,4 @@ class _Reader:
                 out.append(Change(ABSENT, new_file[0].rjust(6, b"0"), NO_ID, new_file[1], b"A", path))
 
 
-__all__ = ["EMPTY_TREE", "MOST_ENTRIES", "Change", "diff_trees", "parse_tree", "tree_of_commit"]
+__all__ = ["EMPTY_TREE", "MOST_ENTRIES", "TREE_MODE", "Change", "diff_trees", "load_tree", "parse_tree", "tree_of_commit"]
