@@ -41,6 +41,14 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def read_all(fd: int) -> bytes:
+    """Everything left to read from `fd`, in one os.read a mebibyte at a time (no file object around it)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True,
                        make_folder: bool = False) -> None:
     """Write `data` to `path` atomically: a temp file in the same folder, (fsync,) rename, (fsync of the

@@ -28,6 +28,7 @@ from ralph_supervisor.snapshots.git import ATTRIBUTES
 from ralph_supervisor.snapshots.info import LIST_MAX
 from ralph_supervisor.snapshots.loose_objects import write_loose
 from ralph_supervisor.snapshots.tree_edit import NotLoose, TreeCache, TreeEditor
+from ralph_supervisor.store import read_all
 
 MOST_FILES = 100
 """Files stored by hand at most in one snapshot: more go to git (whose bulk check-in packs them)."""
@@ -129,10 +130,7 @@ def _store(workspace: Path, objects: Path, path: str) -> tuple[bytes, bytes] | o
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > MOST_BYTES:
                 raise _Declined(path)
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            data = b"".join(chunks)
+            data = read_all(fd)
         finally:
             os.close(fd)
         mode = b"100755" if st.st_mode & stat.S_IXUSR else b"100644"

@@ -16,7 +16,7 @@ import os
 import zlib
 from pathlib import Path
 
-from ralph_supervisor.store import atomic_write_bytes
+from ralph_supervisor.store import atomic_write_bytes, read_all
 
 
 def object_id(kind: bytes, body: bytes) -> str:
@@ -32,7 +32,7 @@ def read_loose(objects: Path, oid: str, kind: bytes) -> bytes | None:
     except OSError:
         return None
     try:
-        raw = zlib.decompress(_read_all(fd))
+        raw = zlib.decompress(read_all(fd))
     except (OSError, zlib.error, ValueError):
         return None
     finally:
@@ -53,13 +53,6 @@ def write_loose(objects: Path, kind: bytes, body: bytes) -> str:
     if not os.path.exists(path):
         atomic_write_bytes(path, zlib.compress(raw), 0o444, durable=False, make_folder=True)
     return oid
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 __all__ = ["object_id", "read_loose", "write_loose"]
