@@ -16,34 +16,20 @@ from ralph_supervisor.evidence.ignore import ignore_rules
 from ralph_supervisor.snapshots import by_hand
 from ralph_supervisor.snapshots.store import SnapshotStore
 from ralph_supervisor.snapshots.tree_edit import TreeCache
+from tests.helpers import file_states
+from tests.helpers.file_states import State, make_files
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 RULES = ignore_rules(extra=["*.tmp"], prefixes=[".ralph-supervise"]).as_gitignore()
 
-State = dict[str, tuple[str, str]]
-
-
 def write_state(ws: Path, state: State) -> set[str]:
-    """Make `ws` hold exactly `state` ({path: (kind, content)}); the file paths that were or are there."""
+    """Make `ws` hold exactly `state`; the file paths that were or are there (what the watcher would report)."""
     before = {os.path.relpath(os.path.join(d, n), ws) for d, _dirs, names in os.walk(ws) for n in names}
     before |= {os.path.relpath(os.path.join(d, n), ws) for d, dirs, _names in os.walk(ws) for n in dirs
                if os.path.islink(os.path.join(d, n))}
-    for entry in ws.iterdir():
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    for path, (kind, content) in state.items():
-        target = ws / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "link":
-            target.symlink_to(content)
-        else:
-            target.write_text(content)
-            target.chmod(0o755 if kind == "exec" else 0o644)
+    make_files(ws, state)
     return before | set(state)
-
-
-def consistent(state: State) -> State:
-    return {p: v for p, v in state.items() if not any(p.startswith(q + "/") for q in state if q != p)}
 
 
 def same(a: object, b: object) -> None:
@@ -51,10 +37,7 @@ def same(a: object, b: object) -> None:
     assert {k: getattr(a, k) for k in keys} == {k: getattr(b, k) for k in keys}
 
 
-names = st.sampled_from(["a", "b", "c d", "é", "x.py", ".gitattributes"])
-paths = st.lists(names, min_size=1, max_size=3).map("/".join)
-entries = st.tuples(st.sampled_from(["file", "file", "exec", "link"]), st.sampled_from(["1", "2", "3\r\n"]))
-states = st.dictionaries(paths, entries, max_size=7).map(consistent)
+states = file_states.states(["a", "b", "c d", "é", "x.py", ".gitattributes"], most=7)
 
 
 @settings(max_examples=30)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from ralph_supervisor.snapshots import tree_diff
 from ralph_supervisor.snapshots.commit_object import write_commit
 from ralph_supervisor.snapshots.tree_diff import EMPTY_TREE, diff_trees, parse_tree, tree_of_commit
+from tests.helpers import file_states
+from tests.helpers.file_states import State, make_files
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -33,19 +34,9 @@ def new_repo(root: Path) -> Path:
     return repo
 
 
-def write_state(repo: Path, state: dict[str, tuple[str, str]]) -> str:
-    """Make the work tree hold exactly `state` ({path: (kind, content)}) and store it as a tree; its id."""
-    for entry in repo.iterdir():
-        if entry.name != ".git":
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-    for path, (kind, content) in state.items():
-        target = repo / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "link":
-            target.symlink_to(content)
-        else:
-            target.write_text(content)
-            target.chmod(0o755 if kind == "exec" else 0o644)
+def write_state(repo: Path, state: State) -> str:
+    """Make the work tree hold exactly `state` and store it as a tree; its id."""
+    make_files(repo, state)
     git(repo, "add", "-A")
     return git(repo, "write-tree").decode().strip()
 
@@ -59,15 +50,7 @@ def gits_changes(repo: Path, old: str, new: str) -> set[tuple[bytes, ...]]:
     return found
 
 
-def consistent(state: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """`state` without the paths under another path that is a file: a path is a file or a folder, not both."""
-    return {p: v for p, v in state.items() if not any(p.startswith(q + "/") for q in state if q != p)}
-
-
-names = st.sampled_from(["a", "b", "a b", "é", "x.py", "-n"])
-paths = st.lists(names, min_size=1, max_size=3).map("/".join)
-entries = st.tuples(st.sampled_from(["file", "file", "exec", "link"]), st.sampled_from(["1", "2", "three\n"]))
-states = st.dictionaries(paths, entries, max_size=8).map(consistent)
+states = file_states.states(["a", "b", "a b", "é", "x.py", "-n"], ["1", "2", "three\n"])
 
 
 @settings(max_examples=40)
@@ -75,8 +58,7 @@ states = st.dictionaries(paths, entries, max_size=8).map(consistent)
 @example(before={"a": ("file", "1"), "b": ("file", "1"), "c": ("file", "1")},  # a file becomes a folder, a link,
          after={"a/b": ("file", "1"), "b": ("link", "1"), "c": ("exec", "1")})  # executable: D+A, T, M
 def test_the_changes_are_the_ones_git_diff_tree_lists(tmp_path_factory: pytest.TempPathFactory,
-                                                      before: dict[str, tuple[str, str]],
-                                                      after: dict[str, tuple[str, str]]) -> None:
+                                                      before: State, after: State) -> None:
     repo = new_repo(tmp_path_factory.mktemp("diff"))
     old, new = write_state(repo, before), write_state(repo, after)
     changes = diff_trees(repo / ".git" / "objects", old, new)

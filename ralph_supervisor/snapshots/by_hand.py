@@ -45,6 +45,16 @@ def signature(st: os.stat_result) -> Signature:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+def changed_since(workspace: Path, path: str, before: Signature) -> Signature | None:
+    """The file's signature now where it differs from `before` (it changed while it was read); None where it
+    did not, or it is gone (the next snapshot records that)."""
+    try:
+        after = signature(os.lstat(os.path.join(workspace, path)))
+    except OSError:
+        return None
+    return after if after != before else None
+
+
 @dataclass(frozen=True)
 class ByHand:
     """What a snapshot stored by hand made: its tree, the files still changing (stored as last read), and the
@@ -91,11 +101,8 @@ def store_by_hand(workspace: Path, objects: Path, parent_tree: str, add: Mapping
                     continue
                 assert isinstance(stored, tuple)
                 editor.put(os.fsencode(path), *stored)
-                try:
-                    after = signature(os.lstat(os.path.join(workspace, path)))
-                except OSError:
-                    continue  # gone since: the next snapshot records that
-                if after != before:
+                after = changed_since(workspace, path, before)
+                if after is not None:
                     moving[path] = after
             if not moving or attempt == RETRIES:
                 break
@@ -175,4 +182,5 @@ def _refused_name(part: str) -> bool:
     return folded in (".git", "git~1", ".gitmodules")  # .gitmodules: git refuses it as a link
 
 
-__all__ = ["MOST_BYTES", "MOST_FILES", "RETRIES", "ByHand", "Signature", "plain_paths", "signature", "store_by_hand"]
+__all__ = ["MOST_BYTES", "MOST_FILES", "RETRIES", "ByHand", "Signature", "changed_since", "plain_paths", "signature",
+           "store_by_hand"]

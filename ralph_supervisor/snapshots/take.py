@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ralph_supervisor import store as state_files
 from ralph_supervisor.evidence.ignore import BOOKKEEPING_NAMES, VENV_MARKER
-from ralph_supervisor.snapshots.by_hand import RETRIES, Signature, signature, store_by_hand
+from ralph_supervisor.snapshots.by_hand import RETRIES, Signature, changed_since, signature, store_by_hand
 from ralph_supervisor.snapshots.commit_object import write_commit
 from ralph_supervisor.snapshots.git import Git, SnapshotError, errno_kind, git_mode_bits, refused_path, tree_listing
 from ralph_supervisor.snapshots.info import LIST_MAX, SKIP_MEASURE_EVERY_S, SnapshotInfo
@@ -290,11 +290,8 @@ class Taker:
         for attempt in range(RETRIES + 1):
             moving = {}
             for path, before in pending.items():
-                try:
-                    after = signature(os.lstat(os.path.join(self.workspace, path)))
-                except OSError:
-                    continue  # gone since: the next snapshot records that
-                if after != before:
+                after = changed_since(self.workspace, path, before)
+                if after is not None:
                     moving[path] = after
             if not moving or attempt == RETRIES:
                 break
