@@ -344,7 +344,8 @@ class LiveView:
     """`watch.main` in a child process on a pty of 120x60, as on a terminal; the test reads its master."""
 
     def __init__(self, workspace: Path, state_dir: Path, interval: float) -> None:
-        code = (
+        code = (  # Ctrl-C as a terminal's shell leaves it, even where the tests run with SIGINT ignored (`cmd &`)
+            "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
             "import sys; from pathlib import Path; from ralph_supervisor import watch; "
             f"sys.exit(watch.main(Path({str(workspace)!r}), Path({str(state_dir)!r}), interval={interval}))"
         )
@@ -374,6 +375,28 @@ class LiveView:
         while data not in self.output and time.monotonic() < deadline:
             self.read_for(0.1)
 
+    def ended(self, timeout: float) -> int:
+        """The view's exit code, waited for up to `timeout` seconds; an AssertionError saying what the view was
+        doing (its signals and each thread's state, from /proc) when it did not end."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the view did not end in {timeout} s: {self.state()}") from None
+
+    def state(self) -> str:
+        pid = self.proc.pid
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            facts = [line for line in status.splitlines() if line.split(":")[0] in
+                     ("State", "SigQ", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "Threads")]
+            for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+                facts.append(f"task {task.name} {(task / 'comm').read_text().strip()} "
+                             f"{(task / 'wchan').read_text().strip()} "
+                             f"blk={next(l for l in (task / 'status').read_text().splitlines() if l.startswith('SigBlk'))}")
+        except OSError as exc:
+            return f"no /proc for it ({exc})"
+        return "; ".join(facts) + f"; output tail {bytes(self.output[-300:])!r}"
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -390,7 +413,7 @@ def test_the_live_loop_refreshes_on_a_terminal_until_interrupted_and_exits_0(tmp
         write_jsonl(state_dir / "events.jsonl", [finished(21, files_changed=4321)], mode="a")
         view.read_until(b"4321")
         view.proc.send_signal(signal.SIGINT)
-        code_ = view.proc.wait(timeout=10)
+        code_ = view.ended(10)
         view.read_for(0.2)
     finally:
         view.close()
@@ -410,7 +433,7 @@ def test_ctrl_c_ends_the_live_view_while_its_terminal_takes_nothing(tmp_path: Pa
         os.write(view.master, b"\x13")  # Ctrl-S: the terminal takes nothing more
         time.sleep(1.0)  # 20 frames due, the pty's buffer full: the view waits on the terminal
         view.proc.send_signal(signal.SIGINT)
-        code_ = view.proc.wait(timeout=10)
+        code_ = view.ended(10)
     finally:
         view.close()
     assert code_ == 0
