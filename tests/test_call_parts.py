@@ -15,7 +15,7 @@ import pytest
 from ralph_supervisor.evidence.call_exits import CallMarks, RunningCall
 from ralph_supervisor.evidence.call_gate import CallGate
 from ralph_supervisor.evidence.call_identity import Identities, read_cmdline
-from ralph_supervisor.evidence.iterations import IterationTracker
+from ralph_supervisor.evidence.iterations import IterationTracker, OutputResult
 from ralph_supervisor.evidence.shims import install_shims
 from ralph_supervisor.process.linux import ProcStat, read_stat
 from tests.helpers import executable
@@ -114,15 +114,15 @@ def test_a_call_over_before_its_notice_was_read_owns_what_lies_after_the_last_ca
     now["stdout"] = 204  # then it printed its reply and exited, and was reaped before we looked
     marks.gone(quick)
     marks.announced(quick, at_notice)
-    assert (quick.start_marks, quick.end_marks) == ({"stdout": 50}, {"stdout": 204}), \
-        "its end is read once it is known to be over: its words are its own"
+    assert (quick.floor_marks, quick.start_marks, quick.end_marks) == ({"stdout": 50}, {"stdout": 204}, {"stdout": 204}), \
+        "its end is read once it is known to be over: what lies past the last call's end is its own"
     assert marks.exit_of(quick)[0] is True
     seen_exit = RunningCall("b2", None, None, "")
     now["stdout"] = 230
     marks.exited(seen_exit)  # the exits thread saw it end before its notice was read
     now["stdout"] = 240
     marks.announced(seen_exit, {"stdout": 210})
-    assert (seen_exit.start_marks, seen_exit.end_marks) == ({"stdout": 204}, {"stdout": 230})
+    assert (seen_exit.floor_marks, seen_exit.end_marks) == ({"stdout": 204}, {"stdout": 230})
     later = RunningCall("c", None, None, "")
     marks.announced(later, {"stdout": 250})
     assert later.floor_marks == {"stdout": 230}, "its floor: where the call before it ended"
@@ -132,6 +132,33 @@ def test_a_call_over_before_its_notice_was_read_owns_what_lies_after_the_last_ca
     now["stdout"] = 120
     marks.exited(later)
     assert call.end_marks == {"stdout": 120} and call.ended_wall is not None, "routing sees the end at once"
+
+
+def _chunk(offset: int, nbytes: int, read_at: float) -> OutputResult:
+    return OutputResult("stdout", nbytes, 0, read_at, "x" * (nbytes - 1), (), offset=offset)
+
+
+def test_the_first_call_over_before_its_notice_owns_its_words_however_late_they_are_read() -> None:
+    """A loaded machine: the first call printed and exited before its notice was read, and the pipe was read
+    long after its exit. Its words lie past the stream's start and were read after its announcement: its own.
+    The loop's words before it, read before the announcement, stay the loop's."""
+    now = {"stdout": 30}
+    marks = CallMarks(lambda: dict(now))
+    tracker = IterationTracker(["claude"], None)
+    loops_words = _chunk(0, 30, read_at=100.0)
+    tracker.add_output(loops_words, 100.0)
+    first = RunningCall("a", None, None, "")
+    now["stdout"] = 152  # it printed its reply and exited, and was reaped before anyone looked
+    marks.gone(first)
+    marks.announced(first, {"stdout": 30})
+    call = tracker.start(0.0, 100.5, None, None, "claude", ("-p",), announced_at=100.5,
+                         start_marks=first.start_marks, floor_marks=first.floor_marks)
+    marks.attach(first, call)
+    tracker.finish(first.exited_at)
+    reply = _chunk(30, 122, read_at=(first.exited_at or 0) + 2.0)  # read two seconds after its exit
+    tracker.add_output(reply, reply.read_at)
+    assert call.output_bytes == 122, "the reply is the call's, by its place in the stream"
+    assert call.floor_marks == {"stdout": 0} and call.start_marks == call.end_marks == {"stdout": 152}
 
 
 def test_the_parts_never_reach_back_up_into_the_watcher_or_the_supervisor() -> None:

@@ -63,7 +63,8 @@ class RunningCall:
     exited_at: float | None = None
     """When it saw that (wall clock): output read later is not the call's while it ran."""
     start_marks: dict[str, int] | None = None
-    """The pipes' stream offsets when its notice was read (usually before the agent printed)."""
+    """The pipes' stream offsets when its notice was read (usually before the agent printed; for a call over
+    before that, its end: all it printed lies between the floor and there)."""
     floor_marks: dict[str, int] | None = None
     """The offsets at the last call's end: output after them, read after the announcement, is this call's too."""
     end_marks: dict[str, int] | None = None
@@ -98,10 +99,11 @@ class CallMarks:
         # before we looked, may predate its words. So its end is read again, after it was known to be over.
         fresh = self._marks() if running.exited else None
         with self._lock:  # the exits thread may be marking its end right now
-            if running.exited:  # over before we looked (a call of milliseconds): what it printed lies
-                running.start_marks = self._last_end or {}  # after the last call's end, before its exit
-                over = running.exit_marks if running.exit_marks is not None else fresh
-                running.end_marks = over if over is not None else marks
+            if running.exited:  # over before we looked (a call of milliseconds): what it printed lies before
+                over = running.exit_marks if running.exit_marks is not None else fresh  # its exit, past the
+                running.end_marks = over if over is not None else marks  # floor (the last call's end, the
+                running.start_marks = running.end_marks  # stream's start for the first), read after its notice
+                running.floor_marks = floor_marks(self._last_end, running.end_marks)
                 self._last_end = running.end_marks
                 return
             running.start_marks = marks

@@ -45,10 +45,12 @@ def loop_stdin() -> int:
 
 
 def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
-          stdin: int = subprocess.DEVNULL, enter: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
+          stdin: int = subprocess.DEVNULL, enter: Callable[[], None] | None = None,
+          stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
     """Start argv in cwd as a new session leader, stdout and stderr on two pipes, dying with us
-    (`stdin`: a file descriptor, or subprocess.DEVNULL; `enter`: run in the child before exec, plain system
-    calls only: the loop's cgroup, `process/cgroup.py`).
+    (`stdin`: a file descriptor, or subprocess.DEVNULL; `stdout`, `stderr`: the write ends of pipes the
+    caller made, else new ones; `enter`: run in the child before exec, plain system calls only: the loop's
+    cgroup, `process/cgroup.py`).
 
     FileNotFoundError / PermissionError / NotADirectoryError from exec propagate unchanged.
     The Reaper, not Popen.wait(), collects the exit status (see Reaper.adopt).
@@ -74,8 +76,8 @@ def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
         cwd=str(cwd),
         env=env,
         stdin=stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
         start_new_session=True,
         preexec_fn=arm_parent_death_signal,  # noqa: PLW1509 - see module docstring
         close_fds=True,

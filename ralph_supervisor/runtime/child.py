@@ -98,20 +98,23 @@ class Child:
                 return
             argv, env = self._box.wrap(argv), self._box.env
         began = time.time()  # before the fork: a first call of milliseconds may be over before spawn returns
+        # The tap reads the pipes before the fork: a call's notice, read at once on another thread, finds
+        # their marks (without them its output is told by when it was read, and a busy machine reads late).
+        (out, out_end), (err, err_end) = os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)
+        self._tap.attach(out, "stdout")
+        self._tap.attach(err, "stderr")
         try:
-            popen = spawn(argv, settings.workspace, env, loop_stdin(),
+            popen = spawn(argv, settings.workspace, env, loop_stdin(), stdout=out_end, stderr=err_end,
                           enter=self._cgroup.enter if self._cgroup is not None else None)
         except OSError as exc:
             log.error("child_spawn_failed", command=list(settings.command), error=str(exc))
             print(f"ralph-supervise: cannot run {settings.command[0]}: {exc.strerror or exc}", file=sys.stderr)
             self._life.finish(127 if isinstance(exc, FileNotFoundError) else 126)
             return
+        finally:
+            os.close(out_end)  # the loop's now: the tap reads the end of file when the last holder closes it
+            os.close(err_end)
         self._reaper.adopt(popen)
-        assert popen.stdout is not None and popen.stderr is not None
-        self._tap.attach(os.dup(popen.stdout.fileno()), "stdout")
-        self._tap.attach(os.dup(popen.stderr.fileno()), "stderr")
-        popen.stdout.close()
-        popen.stderr.close()
         self.info = ChildInfo(popen.pid, began, popen)
         self._calls.child_started(began)
         self._actions.paused = False
