@@ -174,10 +174,10 @@ def test_a_record_whose_file_never_came_is_taken_by_the_tick_a_moment_later(read
     shims.calls.rmdir()  # no notice file can be made
     assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
     now = time.time()
-    assert reader.waiting(), "a record is waiting for its file"
+    assert reader.waiting(time.time()), "a record is waiting for its file"
     assert reader.strays(now, watched=True) == [], "its file may still come"
     late = reader.strays(now + STRAY_NOTICE_SECONDS + 0.5, watched=True)
-    assert len(late) == 1 and late[0].notice.kind == "call" and not reader.waiting()
+    assert len(late) == 1 and late[0].notice.kind == "call" and not reader.waiting(time.time())
     shims.calls.mkdir()
     assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
     assert len(reader.strays(time.time(), watched=True, final=True)) == 1, "the loop is over: all of them now"
@@ -192,7 +192,7 @@ def test_refusals_are_taken_the_moment_the_channel_is_read(reader: NoticeReader,
         notice_file.unlink()  # what a box does to them
     refused = reader.refusals()
     assert [a.notice.kind for a in refused] == ["refused"] * 3
-    assert reader.refusals() == [] and not reader.waiting()
+    assert reader.refusals() == [] and not reader.waiting(time.time())
 
 
 def test_a_process_is_announced_while_its_record_waits_and_after_it_was_taken(tmp_path: Path) -> None:
@@ -216,3 +216,27 @@ def test_a_process_is_announced_while_its_record_waits_and_after_it_was_taken(tm
         sleeper.kill()
         sleeper.wait()
         reader.close()
+
+
+def test_outside_a_box_a_notice_waits_from_its_file_until_the_event_loop_has_it(tmp_path: Path,
+                                                                              agent_dir: Path) -> None:
+    """A quick call's reply can be read before its notice (a busy machine runs the watcher's thread late):
+    while its notice waits, the reply is not made an iteration of its own."""
+    shims = install_shims(tmp_path / "shims", ["claude"])
+    reader = NoticeReader(shims)
+    assert not reader.waiting(time.time()), "no notice yet"
+    assert run_shim(shims.path_for(f"{agent_dir}:/usr/bin:/bin"), "-p", "go") == 0
+    (name,) = [p.name for p in shims.calls.iterdir()]
+    assert reader.waiting(time.time()), "its file is there, not read yet"
+    found = reader.take(name, to_loop=True)
+    assert found is not None and found.notice.kind == "call" and not (shims.calls / name).exists()
+    assert reader.waiting(time.time()), "taken by the watcher's thread, on its way to the event loop"
+    reader.arrived()
+    assert not reader.waiting(time.time()), "the event loop has it"
+    assert reader.take("4242", to_loop=True) is None and not reader.waiting(time.time()), "no such notice"
+    stuck = shims.calls / "4343"
+    stuck.write_bytes(b"")
+    assert reader.waiting(time.time())
+    old = time.time() - 30
+    os.utime(stuck, (old, old))
+    assert not reader.waiting(time.time()), "a notice file nobody took for a long time stands for no call"

@@ -170,11 +170,12 @@ class CallWatcher:
         notices = self.notices
         if notices is None or self._loop is None:
             return None
-        found = notices.take(name)
+        found = notices.take(name, to_loop=True)
         if found is None:
             return None
         stat, running = self._hold(found)
         if not self._call_soon(self._notice_arrived, found, stat, running, True):  # shutting down
+            notices.arrived()
             if running is not None:
                 self._drop_fd(running)
             self.gate.no_verdict(found.mark)
@@ -219,6 +220,8 @@ class CallWatcher:
                         queued: bool) -> None:
         """Event loop: act on one notice (`queued`: its workspace segment is already open in the queue)."""
         notice = found.notice
+        if queued and self.notices is not None:
+            self.notices.arrived()
         if notice.kind == "refused":
             self.gate.refused_by_shim(notice.name, notice.pid)
             return
@@ -279,7 +282,7 @@ class CallWatcher:
             return
         found = self.sampler.new_call(stats, candidates, self.reports.reply_boundary)
         if found is None:
-            if self.notices is None or not self.notices.waiting():  # else a reply may be that notice's call's
+            if self.notices is None or not self.notices.waiting(time.time()):  # else a reply may be its call's
                 self.reports.from_replies(now)
             return
         if self.reports.pending():  # frozen until the call before it is judged; begun at a tick after that

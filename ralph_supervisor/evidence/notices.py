@@ -53,6 +53,9 @@ ANNOUNCED_KEPT = 256
 STRAY_NOTICE_SECONDS = 1.0
 """A notice the watcher thread has not taken after this long is read by the tick (a lost event, a record
 whose file was never made)."""
+UNREAD_NOTICE_SECONDS = 10.0
+"""A notice file this old that is still there is one no reader can take (the tick takes the others after
+STRAY_NOTICE_SECONDS): it no longer stands for a call still to begin."""
 LINE_BYTES = 8192
 """A line of the channel longer than this is no record (the rest of it is dropped up to its newline)."""
 PENDING_KEPT = 1024
@@ -162,11 +165,28 @@ class NoticeReader:
         """Records read from the channel and not taken yet, by the PID they name (with when they were read)."""
         self._announced: dict[int, float] = {}
         """PID named -> announcement time of the notices taken lately (the sampler leaves those alone)."""
+        self._in_hand = 0
+        """Notices the watcher's thread took (their files are gone) and the event loop has not had yet."""
 
     # ------------------------------------------------------------------ reading
 
-    def take(self, name: str) -> Announcement | None:
-        """A notice file's event (or the tick's look at one): read it, and in a box its record."""
+    def take(self, name: str, *, to_loop: bool = False) -> Announcement | None:
+        """A notice file's event (or the tick's look at one): read it, and in a box its record. `to_loop`: the
+        watcher's thread, handing it to the event loop, where `arrived()` says it came (`waiting()` till then)."""
+        if to_loop:
+            with self._lock:
+                self._in_hand += 1  # before its file goes: the notice is waiting all along
+        found = self._take(name)
+        if found is None and to_loop:
+            self.arrived()
+        return found
+
+    def arrived(self) -> None:
+        """The event loop: a notice the watcher's thread took has come (or never will)."""
+        with self._lock:
+            self._in_hand -= 1
+
+    def _take(self, name: str) -> Announcement | None:
         path = self.shims.calls / name
         if self.channel is None:
             notice = read_notice(path, self._note)  # noted before the file goes: the sampler finds one or the other
@@ -233,13 +253,18 @@ class NoticeReader:
                 self._note_locked(record.pid, record.at)
         return [a for a in (self._from_box(record, None) for record in refused) if a is not None]
 
-    def waiting(self) -> bool:
-        """A record was read whose notice is not taken yet: its call is still to begin."""
-        if self.channel is None:
-            return False
+    def waiting(self, now: float) -> bool:
+        """A notice was told whose call is still to begin: on its way to the event loop, or not read yet (a
+        busy machine runs the watcher's thread late; a quick call's reply may be read before its notice).
+        Not read yet: in a box, a record not taken; else a notice file younger than UNREAD_NOTICE_SECONDS (one
+        that cannot be taken does not hold the loop's replies back for ever)."""
         with self._lock:
-            self._drain()
-            return bool(self._pending)
+            if self._in_hand > 0:
+                return True
+            if self.channel is not None:
+                self._drain()
+                return bool(self._pending)
+        return _unread_notice(self.shims.calls, now - UNREAD_NOTICE_SECONDS)
 
     def announced(self, process: ProcStat) -> bool:
         """Did a shim announce this process? Its notice was told before the exec that gave it its name, so it
@@ -317,3 +342,19 @@ class NoticeReader:
         with self._lock:
             self._announced.pop(notice.pid, None)  # it hides no process from the sampler
         self.shims.judged(notice.pid)
+
+
+def _unread_notice(calls: Path, since: float) -> bool:
+    """Does the folder hold a notice file written after `since` (wall clock)?"""
+    try:
+        with os.scandir(calls) as entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode) and info.st_mtime >= since:
+                    return True
+    except OSError:
+        pass
+    return False
