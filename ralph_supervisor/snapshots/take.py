@@ -106,7 +106,7 @@ class Taker:
             if done is not None:
                 tree, moved = done
             else:
-                self.catch_up_index(parent)  # git takes it from the parent's tree, which its index may lack
+                self._catch_up(parent)  # git takes it from the parent's tree, which its index may lack
         if tree is None:
             if work is None:
                 work = self._full_pass(nested)
@@ -144,6 +144,10 @@ class Taker:
         whose content the tree has, so a full pass after it reads only those that changed; it leaves the files
         alone."""
         self._index_behind = self._behind_marker.exists()
+        self._catch_up(latest)
+
+    def _catch_up(self, latest: SnapshotInfo | None) -> None:
+        """`catch_up_index`, the marker read already (at this snapshot's start)."""
         if not self._index_behind or latest is None:
             return
         tree = self._tree_of(latest) or f"{latest.commit}^{{tree}}"
