@@ -46,8 +46,10 @@ PREFIX = "ralph-loop-"
 CGROUP_OFF = ("--cgroup off: the loop gets no cgroup (signals pause and stop it; --memory-max, --cpu-max and "
               "--tasks-max need one)")
 """Why there is none when the user said so (`create` is not even tried)."""
-FREEZE_WAIT = 0.5
-"""How long a freeze waits for `frozen 1` (a process in uninterruptible sleep is held only when it leaves it)."""
+FREEZE_WAIT = 5.0
+"""How long a freeze waits for `frozen 1`: a process is held when it next runs, one in uninterruptible sleep (a
+read from a busy disk, an exec) only when it leaves it. A pause runs off the event loop, and says when the bound
+passes first (`tree_freeze_slow`)."""
 
 
 @dataclass(frozen=True)

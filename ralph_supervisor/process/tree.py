@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from ralph_supervisor.process.cgroup import LoopCgroup
+from ralph_supervisor.process.cgroup import FREEZE_WAIT, LoopCgroup
 from ralph_supervisor.process.frozen import STOPPED_STATES, held
 from ralph_supervisor.process.helpers import HELPERS, Helpers
 from ralph_supervisor.process.linux import (
@@ -308,6 +308,9 @@ class ProcessTree:
             if cgroup is not None:
                 problem = cgroup.freeze()
                 if problem is None:
+                    if not cgroup.frozen():
+                        log.warning("tree_freeze_slow", path=str(cgroup.path), waited_s=FREEZE_WAIT,
+                                    note="not every process is held yet: one in uninterruptible sleep is held when it leaves it")
                     self._paused, self._frozen = True, cgroup
                     inside = cgroup.members()
                     return len(inside) + self._stop_strays(inside, [*self._strays, *self._children()])
