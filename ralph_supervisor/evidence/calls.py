@@ -173,7 +173,11 @@ class CallWatcher:
         found = notices.take(name, to_loop=True)
         if found is None:
             return None
-        stat, running = self._hold(found)
+        try:
+            stat, running = self._hold(found)
+        except BaseException:
+            notices.arrived()  # it never will: the replies must not wait for it
+            raise
         if not self._call_soon(self._notice_arrived, found, stat, running, True):  # shutting down
             notices.arrived()
             if running is not None:
