@@ -98,7 +98,7 @@ _outcome_of = attrgetter("outcome")
 class Ledger(Record):
     """The goal and the attempts: a tuple of Attempt values; for a long ledger the LazyAttempts that stand for
     that tuple (ledger_lazy.py); for a big ledger read by msgspec, a tuple of its structs with the same fields
-    (ledger_big.py)."""
+    (ledger_big.py; in plain ASCII all but `iteration`, which no rule and no output reads)."""
 
     goal: str
     attempts: tuple[Attempt, ...]

@@ -180,8 +180,11 @@ def test_without_jiter_a_middling_ledger_is_read_by_json(monkeypatch: pytest.Mon
 # ── a big ledger, read by msgspec ──────────────────────────────────
 
 
-def fields(read: ledger.Ledger) -> tuple[Any, ...]:
-    return read.goal, [(a.action, a.outcome, a.error, a.tokens_used, a.iteration) for a in read.attempts]
+def fields(read: ledger.Ledger, iteration: bool = True) -> tuple[Any, ...]:
+    """What a reading made of a ledger (`iteration`: with each attempt's; msgspec's lean reading of plain ASCII
+    leaves it unread)."""
+    return read.goal, [(a.action, a.outcome, a.error, a.tokens_used) + ((a.iteration,) if iteration else ())
+                       for a in read.attempts]
 
 
 @MEDIUM
@@ -195,11 +198,38 @@ def fields(read: ledger.Ledger) -> tuple[Any, ...]:
 @example(text='{"goal": "\\ud800", "attempts": []}', as_bytes=True)
 @example(text='{"goal": "g", "goal": "h", "attempts": [{"action": "a", "action": 5, "outcome": "noop"}]}',
          as_bytes=False)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "iteration": {"deep": [1, "x"]}}], '
+              '"extra": null}', as_bytes=True)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "iteration": "\\ud800"}]}', as_bytes=True)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "iteration": NaN}]}', as_bytes=True)
+@example(text='{"goal": "g", "attempts": [{"action": "a", "outcome": "noop", "iteration": "\\x"}]}', as_bytes=True)
+@example(text='{"goal": "g", "attempts": [], "x": -1' + "0" * 4300 + "}", as_bytes=True)
+@example(text='{"goal": "g", "attempts": [{"action": "' + "9" * 5000 + '", "outcome": "noop"}]}', as_bytes=True)
 def test_msgspec_reads_a_ledger_as_ledger_py_does_or_steps_aside(text: str, as_bytes: bool) -> None:
+    try:
+        careful: ledger.Ledger | None = ledger_from_json(json_loads(text))
+    except (ValueError, RecursionError):  # LedgerError, or no JSON json.loads reads
+        careful = None
     big = ledger_big.decode(text.encode("utf-8", "surrogatepass") if as_bytes else text)
     if big is None:
         return
-    assert fields(big) == fields(ledger_from_json(json_loads(text)))
+    assert careful is not None, "msgspec takes only what ledger.py takes"
+    lean = text.isascii() and not ledger_big._may_hold_long_number(text.encode("ascii"))
+    assert all(type(a) is (ledger_big.LeanAttempt if lean else ledger_big.BigAttempt) for a in big.attempts)
+    assert fields(big, iteration=not lean) == fields(careful, iteration=not lean)
+
+
+@given(st.lists(st.tuples(st.integers(0, 9000), st.integers(1, 3000)), max_size=6), st.integers(0, 3000))
+@example([(4300, 1)], 0)
+@example([(4301, 1)], 0)
+@example([(4301, 1)], 2149)
+@example([(4301, 1)], 2150)
+@example([(4300, 1), (4301, 5)], 1)
+def test_a_long_number_is_told_from_the_strided_look_exactly_as_from_every_byte(runs: list[tuple[int, int]],
+                                                                               lead: int) -> None:
+    data = b"x" * lead + b"".join(b"7" * digits + b"," * gap for digits, gap in runs)
+    longest = max((len(run) for run in data.replace(b",", b"x").split(b"x")), default=0)
+    assert ledger_big._may_hold_long_number(data) is (longest > ledger_big.LONGEST_NUMBER)
 
 
 def test_a_big_ledger_is_read_by_msgspec_and_decided_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,8 +239,11 @@ def test_a_big_ledger_is_read_by_msgspec_and_decided_the_same(monkeypatch: pytes
     small = parse_ledger(text)
     monkeypatch.setattr(ledger, "BIG_LEDGER_CHARS", 0)
     big = parse_ledger(text.encode())
-    assert type(big.attempts[0]) is ledger_big.BigAttempt and fields(big) == fields(small)
+    assert type(big.attempts[0]) is ledger_big.LeanAttempt and fields(big, iteration=False) == fields(small, iteration=False)
     assert ledger.check_breaker(big) == ledger.check_breaker(small)
+    accented = text.replace('"goal": "g"', '"goal": "gé"')  # not plain ASCII: every key and value checked
+    assert type(parse_ledger(accented.encode()).attempts[0]) is ledger_big.BigAttempt
+    assert fields(parse_ledger(accented.encode())) == fields(parse_ledger(accented))
     bad = text.replace('"tokensUsed": 7\n', '"tokensUsed": "7"\n')
     with pytest.raises(LedgerError, match=r"attempts\[7\]\.tokensUsed must be a non-negative integer"):
         parse_ledger(bad.encode())
