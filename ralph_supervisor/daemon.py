@@ -24,6 +24,7 @@ from ralph_supervisor.files import events_jsonl
 from ralph_supervisor.files import lock as lock_file
 from ralph_supervisor.files.lock import AlreadyRunning, InstanceLock
 from ralph_supervisor.logging import colors_on, configure_logging, for_people
+from ralph_supervisor.loop_command import terminal_only
 from ralph_supervisor.memory import tune_allocator
 from ralph_supervisor.process.cgroup import RECORD as CGROUP_RECORD
 from ralph_supervisor.process.cgroup import CGROUP_OFF, VERIFY_RECORD, Limits, LoopCgroup
@@ -48,6 +49,9 @@ def run_supervisor(settings: Settings) -> int:
     if problem:
         print(f"ralph-supervise: {problem}", file=sys.stderr)
         return 1
+    needs_terminal = terminal_only(settings.command)
+    if needs_terminal:
+        print(f"ralph-supervise: warning: {needs_terminal}", file=sys.stderr)
     made: worktree.Worktree | None = None
     if settings.worktree:  # the run moves into a new worktree of the checkout, with a state folder of its own
         try:
@@ -90,6 +94,8 @@ def run_supervisor(settings: Settings) -> int:
         log.info("state_folder", state_dir=str(settings.state_dir), note=line)
     if made is not None:
         log.info("worktree_made", **made.to_json())
+    if needs_terminal:
+        log.warning("loop_needs_terminal", note=needs_terminal)
     code, hurried = 1, False
     try:
         code, hurried = _sweep_and_supervise(settings, terminal)
