@@ -200,6 +200,13 @@ else
 fi
 
 # -- 2. the image -------------------------------------------------------------------------------
+# The last check's image goes first: each build tags a new one, and the one before it, 2 GB, was left untagged
+# (a machine running CI filled its disk with them and the next build failed in `buildah commit`). No layer cache
+# is lost: `buildah build` keeps none without --layers.
+previous=$(buildah images --quiet --no-trunc "$IMAGE" 2>/dev/null | head -1)
+if [ -n "$previous" ]; then
+    buildah rmi --force "$previous" >/dev/null 2>&1 || say "the last check's image $previous could not be removed"
+fi
 t0=$(now)
 if buildah build --quiet "${build_opts[@]}" --from "$from" --network host -f deploy/docker/Dockerfile \
         --ignorefile deploy/docker/Dockerfile.dockerignore -t "$IMAGE" . >"$WORK/build.log" 2>&1; then
