@@ -335,10 +335,12 @@ def test_status_and_stop_on_a_folder_that_does_not_exist_are_clear(tmp_path: Pat
     assert len(result.stderr.strip().splitlines()) == 1 and str(missing) in result.stderr
 
 
-def test_a_pause_waits_for_a_process_in_uninterruptible_sleep_and_says_it_is_not_held_yet(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["cgroup", "signals"])
+def test_a_pause_waits_for_a_process_in_uninterruptible_sleep_and_says_it_is_not_held_yet(tmp_path: Path,
+                                                                                        how: str) -> None:
     """A process in uninterruptible sleep (here: writing to a filesystem frozen by `fsfreeze`) is held by the
-    cgroup's freeze only when it leaves that sleep: the pause waits its bound for it, says so, and the tree is
-    whole held once the write goes through."""
+    cgroup's freeze, or stops at its SIGSTOP, only when it leaves that sleep: the pause waits its bound for it,
+    says so, and the tree is whole held once the write goes through."""
     from tests.helpers.disks import DiskUnavailable, loop_mounted_ext4
 
     if shutil.which("fsfreeze") is None:
@@ -348,19 +350,19 @@ def test_a_pause_waits_for_a_process_in_uninterruptible_sleep_and_says_it_is_not
         disk = disk_context.__enter__()
     except DiskUnavailable as exc:
         pytest.skip(str(exc))
-    run = Run(tmp_path / "work", marks=tmp_path / "marks")
+    run = Run(tmp_path / "work", marks=tmp_path / "marks", options=("--cgroup", "off") if how == "signals" else ())
     frozen_fs = False
     try:
         assert subprocess.run(["fsfreeze", "-f", str(disk)], capture_output=True).returncode == 0
         frozen_fs = True
         run.start("--", "bash", "-c", f"sleep 1000 & echo x > {disk}/blocked; sleep 1000")
-        assert _frozen_by_cgroup(run)
+        assert _frozen_by_cgroup(run) is (how == "cgroup")
         wait_for(lambda: "disk-sleep" in states(run.tree()).values(), what="the writer in uninterruptible sleep")
         started = time.monotonic()
         assert cli(run.workspace, "pause", timeout=30).returncode == 0
         waited = time.monotonic() - started
-        slow = events(run.state_dir, "tree_freeze_slow")
-        assert len(slow) == 1 and slow[0]["waited_s"] == 5.0 and waited >= 4.5, (waited, slow)
+        slow = events(run.state_dir, "tree_hold_slow")
+        assert len(slow) == 1 and slow[0]["how"] == how and slow[0]["waited_s"] == 5.0 and waited >= 4.5, (waited, slow)
         assert False in paused(run.tree()).values(), "the writer is not held while it sleeps in the kernel"
         assert subprocess.run(["fsfreeze", "-u", str(disk)], capture_output=True).returncode == 0
         frozen_fs = False

@@ -49,7 +49,7 @@ CGROUP_OFF = ("--cgroup off: the loop gets no cgroup (signals pause and stop it;
 FREEZE_WAIT = 5.0
 """How long a freeze waits for `frozen 1`: a process is held when it next runs, one in uninterruptible sleep (a
 read from a busy disk, an exec) only when it leaves it. A pause runs off the event loop, and says when the bound
-passes first (`tree_freeze_slow`)."""
+passes first (`tree_hold_slow`)."""
 
 
 @dataclass(frozen=True)

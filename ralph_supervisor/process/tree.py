@@ -44,8 +44,9 @@ from ralph_supervisor.process.reaper import Reaper
 
 log = structlog.get_logger(__name__)
 
-HELD_WAIT = 0.5
-"""How long a pause waits for what it signalled to report state T (one in uninterruptible sleep stops later)."""
+HELD_WAIT = FREEZE_WAIT
+"""How long a pause waits for what it signalled to report state T: as long as for the cgroup's freeze (one in
+uninterruptible sleep, an exec reading a busy disk, stops only when it leaves it)."""
 MEMBERS_EVERY = 1.0
 """A look reads who is in the cgroup at most this often while it is not frozen (`cgroup.procs` costs about a
 third of a µs a process; CPU and memory, read at every look, a few µs): benchmarks say per tick (docs/bench)."""
@@ -309,8 +310,7 @@ class ProcessTree:
                 problem = cgroup.freeze()
                 if problem is None:
                     if not cgroup.frozen():
-                        log.warning("tree_freeze_slow", path=str(cgroup.path), waited_s=FREEZE_WAIT,
-                                    note="not every process is held yet: one in uninterruptible sleep is held when it leaves it")
+                        _say_slow("cgroup", FREEZE_WAIT, path=str(cgroup.path))
                     self._paused, self._frozen = True, cgroup
                     inside = cgroup.members()
                     return len(inside) + self._stop_strays(inside, [*self._strays, *self._children()])
@@ -345,7 +345,8 @@ class ProcessTree:
                 for stat in fresh:
                     if signal_if_same(stat.pid, stat.start_ticks, signal.SIGSTOP):
                         stopped[(stat.pid, stat.start_ticks)] = stat
-        _await_held(list(stopped.values()), timeout=HELD_WAIT)
+        if not _await_held(list(stopped.values()), timeout=HELD_WAIT):
+            _say_slow("signals", HELD_WAIT)
         return len(stopped)
 
     def _resume_by_signals(self) -> int:
@@ -497,8 +498,8 @@ def _pipes_of(pid: int) -> tuple[set[str], str | None]:
     return out, stdin
 
 
-def _await_held(stats: list[ProcStat], timeout: float) -> None:
-    """Wait until every process is held (process/frozen.py) or gone, at most `timeout` seconds."""
+def _await_held(stats: list[ProcStat], timeout: float) -> bool:
+    """Wait until every process is held (process/frozen.py) or gone, at most `timeout` seconds; whether they are."""
     deadline = time.monotonic() + timeout
     pending = stats
     while pending:
@@ -508,6 +509,15 @@ def _await_held(stats: list[ProcStat], timeout: float) -> None:
             if now is not None and now.start_ticks == stat.start_ticks and now.alive and not held(now.pid, now.state):
                 still.append(stat)
         pending = still
-        if not pending or time.monotonic() >= deadline:
-            return
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.001)
+    return True
+
+
+def _say_slow(how: str, waited_s: float, **where: str) -> None:
+    """A pause that returns before every process is held says so (it is held when it leaves the kernel)."""
+    log.warning("tree_hold_slow", how=how, waited_s=waited_s, **where,
+                note="not every process is held yet: one in uninterruptible sleep is held when it leaves it")
